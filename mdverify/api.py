@@ -1,0 +1,207 @@
+"""The public entry points: ``mentor``, ``RatioIndex``, ``frontier`` and divergence values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mdverify.core import mentor as kernels
+from mdverify.core.index import build_index
+from mdverify.core.walk import D, M, STATE_SIZE, walk
+from mdverify.divergences import Divergence, divergence
+from mdverify.validate import as_budgets, as_distributions, as_pair
+
+METHODS = ("auto", "sorted")
+
+
+@dataclass(frozen=True)
+class MentorResult:
+    """The optimal mentored distribution and its certificate quantities.
+
+    Attributes
+    ----------
+    r : ndarray, shape (..., n)
+        The mentored distribution, in the input's dtype.
+    acceptance : ndarray, shape (...)
+        :math:`A(r) = \\sum_i \\min(r_i, q_i) = 1 - TV(p, q) + m`.
+    moved_mass : ndarray, shape (...)
+        :math:`m = \\sum_i (r_i - p_i)_+`.
+    a, b : ndarray, shape (...)
+        Clip thresholds, :math:`r_i = \\min(\\max(q_i, a p_i), b p_i)`; b is inf once
+        tokens with :math:`p_i = 0` receive mass.
+    lam, mu : ndarray, shape (...)
+        Dual variables of the budget and of normalisation (SPEC C3); lam is 0 when the
+        budget does not bind and inf at eps = 0.
+    divergence_value : ndarray, shape (...)
+        :math:`D_f(r \\| p) \\le \\varepsilon`.
+    """
+
+    r: np.ndarray
+    acceptance: np.ndarray
+    moved_mass: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    lam: np.ndarray
+    mu: np.ndarray
+    divergence_value: np.ndarray
+
+
+def _result(r: np.ndarray, fields: np.ndarray, batch_shape: tuple[int, ...]) -> MentorResult:
+    columns = {name: fields[:, j].reshape(batch_shape) for j, name in enumerate(kernels.FIELDS)}
+    if not batch_shape:
+        columns = {name: value[()] for name, value in columns.items()}
+    return MentorResult(r=r, **columns)
+
+
+def mentor(p, q, eps, divergence: str | Divergence = "kl", method: str = "auto") -> MentorResult:
+    """The optimal mentored distribution for every row.
+
+    Solves, row by row,
+
+    .. math:: \\max_r \\sum_i \\min(r_i, q_i) \\quad \\text{s.t.} \\quad r \\in \\Delta_n,\\;
+              D_f(r \\| p) \\le \\varepsilon
+
+    exactly, with the sorted ratio index of SPEC C5, in parallel over rows.
+
+    Parameters
+    ----------
+    p, q : array_like, shape (..., n)
+        Target and drafter distributions (float32 or float64; accumulation is float64).
+    eps : float or array_like broadcastable to (...)
+        Budgets, >= 0; inf means no budget.
+    divergence : str or Divergence
+        A registry name (see ``md.divergences.names()``) or ``md.alpha(a)``.
+    method : {"auto", "sorted"}
+        The solver; "sorted" is the C5 index, "auto" picks the fastest available.
+
+    Returns
+    -------
+    MentorResult
+
+    Examples
+    --------
+    >>> import mdverify as md
+    >>> res = md.mentor([0.7, 0.2, 0.1], [0.2, 0.5, 0.3], eps=0.1, divergence="tv")
+    >>> round(float(res.acceptance), 12), round(float(res.moved_mass), 12)
+    (0.6, 0.1)
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; valid methods are: {', '.join(METHODS)}")
+    entry = globals()["divergence"](divergence)
+    p, q = as_pair(p, q)
+    batch_shape = p.shape[:-1]
+    n = p.shape[-1]
+    budgets = as_budgets(eps, batch_shape)
+    P = np.ascontiguousarray(p.reshape(-1, n))
+    Q = np.ascontiguousarray(q.reshape(-1, n))
+    R = np.empty_like(P)
+    fields = np.empty((P.shape[0], len(kernels.FIELDS)), np.float64)
+    kernels.mentor_rows(P, Q, budgets, entry.kind, entry.param, R, fields)
+    return _result(R.reshape(p.shape), fields, batch_shape)
+
+
+def divergence_value(entry: Divergence, r, p) -> np.ndarray:
+    """:math:`D_f(r \\| p)` over the last axis (see :meth:`Divergence.value`)."""
+    r, p = as_pair(r, p)
+    n = p.shape[-1]
+    out = np.empty(int(np.prod(p.shape[:-1], dtype=np.int64)), np.float64)
+    kernels.divergence_rows(np.ascontiguousarray(r.reshape(-1, n)), np.ascontiguousarray(p.reshape(-1, n)),
+                            entry.kind, entry.param, out)
+    return out.reshape(p.shape[:-1])[()] if p.ndim == 1 else out.reshape(p.shape[:-1])
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """The acceptance-versus-budget frontier of one row and one divergence.
+
+    ``eps`` and ``acceptance`` are the breakpoints (where a token enters or leaves a clip);
+    between them the frontier is the concave curve the index solves exactly, which
+    :meth:`acceptance_at` evaluates in O(log n) per budget. Unpacks as ``eps, acceptance``.
+    """
+
+    eps: np.ndarray
+    acceptance: np.ndarray
+    _index: "RatioIndex"
+    _divergence: Divergence
+    _trace: np.ndarray
+
+    def __iter__(self):
+        return iter((self.eps, self.acceptance))
+
+    def acceptance_at(self, eps) -> np.ndarray:
+        """Optimal acceptance at each budget, shape of ``eps``."""
+        budgets = as_budgets(eps, np.shape(eps))
+        values = np.array([self._index._resume(self._divergence, self._trace, e)[0][M] for e in budgets])
+        return (self._index.base + values).reshape(np.shape(eps))
+
+
+class RatioIndex:
+    """The divergence-independent sorted ratio index of one row (SPEC C5).
+
+    Built once in O(n log n); every divergence and budget is then answered from it:
+    :meth:`query` in O(n) (O(log n) plus building r once the frontier of that divergence
+    has been computed), :meth:`frontier` in O(n).
+
+    Examples
+    --------
+    >>> import mdverify as md
+    >>> index = md.RatioIndex([0.7, 0.2, 0.1], [0.2, 0.5, 0.3])
+    >>> eps, acceptance = index.frontier("tv")
+    >>> [round(float(x), 12) for x in acceptance]
+    [0.5, 0.95, 1.0]
+    """
+
+    def __init__(self, p, q):
+        p, q = as_pair(p, q)
+        if p.ndim != 1:
+            raise ValueError(f"RatioIndex takes one row (shape (n,)), got shape {p.shape}; use md.mentor for batches")
+        self.p, self.q = p, q
+        self._arrays = build_index(p, q)
+        self.base = float(self._arrays[7])
+        self._traces: dict[tuple[int, float], np.ndarray] = {}
+
+    @property
+    def tv(self) -> float:
+        """TV(p, q) = 1 - sum_i min(p_i, q_i)."""
+        return 1.0 - self.base
+
+    def _trace(self, entry: Divergence) -> np.ndarray:
+        key = (entry.kind, entry.param)
+        if key not in self._traces:
+            self._traces[key] = kernels.frontier_trace(*self._arrays[:7], entry.kind, entry.param)
+        return self._traces[key]
+
+    def _resume(self, entry: Divergence, trace: np.ndarray, eps: float) -> tuple[np.ndarray, bool]:
+        row = max(int(np.searchsorted(trace[:, D], eps, side="right")) - 1, 0)
+        state = trace[row].copy()
+        binding, _ = walk(*self._arrays[:7], entry.kind, entry.param, eps, state, np.empty((0, STATE_SIZE)))
+        return state, binding
+
+    def frontier(self, divergence: str | Divergence = "kl") -> Frontier:
+        """Breakpoints (eps_k, acceptance_k) of the frontier, with finite eps_k."""
+        entry = globals()["divergence"](divergence)
+        trace = self._trace(entry)
+        finite = np.isfinite(trace[:, D])
+        return Frontier(
+            eps=trace[finite, D].copy(),
+            acceptance=self.base + trace[finite, M],
+            _index=self,
+            _divergence=entry,
+            _trace=trace,
+        )
+
+    def query(self, divergence: str | Divergence, eps: float) -> MentorResult:
+        """The same fields as :func:`mentor`, for this row."""
+        entry = globals()["divergence"](divergence)
+        budget = float(as_budgets(eps, ())[0])
+        state, binding = self._resume(entry, self._trace(entry), budget)
+        r = np.empty_like(self.p)
+        fields = np.empty((1, len(kernels.FIELDS)), np.float64)
+        kernels.finish(self._arrays, entry.kind, entry.param, budget, state, binding, self.p, self.q, r, fields[0])
+        return _result(r, fields, ())
+
+
+def frontier(p, q, divergence: str | Divergence = "kl") -> Frontier:
+    """Shorthand for ``RatioIndex(p, q).frontier(divergence)``."""
+    return RatioIndex(p, q).frontier(divergence)

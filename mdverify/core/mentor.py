@@ -1,0 +1,109 @@
+"""Mentored distributions: one row, a batch of rows (prange), and the divergence of rows.
+
+These are the kernels behind ``md.mentor``; they are plain numba functions that other
+``@njit`` code can call directly (see the README). Inputs are trusted: the Python wrappers
+in ``mdverify.api`` validate everything before it reaches a kernel.
+"""
+
+import numpy as np
+from numba import prange
+
+from mdverify.core._fgen import f_tilde, f_tilde_prime_at_inf
+from mdverify.core.index import build_index
+from mdverify.core.jit import kernel
+from mdverify.core.walk import A, B, D, FILL, M, STATE_SIZE, duals, initial_state, walk
+
+#: Field order of the vectors returned by ``mentor_row`` and written by ``mentor_rows``.
+FIELDS = ("acceptance", "moved_mass", "a", "b", "lam", "mu", "divergence_value")
+
+
+@kernel
+def construct(p, q, a, b, fill, q0, r):
+    """r_i = clip(q_i, a p_i, b p_i); tokens with p_i = 0 < q_i get fill * q_i / q0. O(n)."""
+    share = fill / q0 if q0 > 0.0 else 0.0
+    for i in range(p.size):
+        pi = np.float64(p[i])
+        qi = np.float64(q[i])
+        if qi < pi:
+            v = max(qi, a * pi)
+        elif qi > pi:
+            if pi > 0.0 and qi / pi < np.inf:
+                v = min(qi, b * pi)
+            else:
+                v = share * qi
+        else:
+            v = pi
+        r[i] = v
+
+
+@kernel
+def finish(index, kind, alpha, eps, state, binding, p, q, r, out):
+    """Write r and the result fields (order of ``FIELDS``) for a finished walk."""
+    q0 = index[6]
+    construct(p, q, state[A], state[B], state[FILL], q0, r)
+    lam, mu = duals(kind, alpha, eps, state, binding)
+    out[0] = index[7] + state[M]
+    out[1] = state[M]
+    out[2] = state[A]
+    out[3] = np.inf if state[FILL] > 0.0 else state[B]
+    out[4] = lam
+    out[5] = mu
+    out[6] = state[D]
+
+
+@kernel
+def mentor_row(p, q, eps, kind, alpha, r, out):
+    """The optimal mentored distribution of one row, by the sorted ratio index.
+
+    Parameters
+    ----------
+    p, q : 1-d float32 or float64 arrays, distributions of the target and the drafter.
+    eps : float, the budget (>= 0, may be inf).
+    kind, alpha : the divergence (``Divergence.kind`` and ``Divergence.param``).
+    r : 1-d output array (any float dtype) receiving the mentored distribution.
+    out : float64 array of length 7 receiving the fields of ``FIELDS``.
+    """
+    index = build_index(p, q)
+    low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, _ = index
+    state = initial_state(low_p.size, high_p.size)
+    binding, _ = walk(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps, state,
+                      np.empty((0, STATE_SIZE), np.float64))
+    finish(index, kind, alpha, eps, state, binding, p, q, r, out)
+
+
+@kernel(parallel=True)
+def mentor_rows(P, Q, eps, kind, alpha, R, out):
+    """``mentor_row`` over the rows of 2-d P, Q (shape (B, n)) in parallel; out has shape (B, 7)."""
+    for i in prange(P.shape[0]):
+        mentor_row(P[i], Q[i], eps[i], kind, alpha, R[i], out[i])
+
+
+@kernel
+def frontier_trace(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha):
+    """Every breakpoint state of the walk with an unlimited budget, starting with m = 0."""
+    trace = np.empty((low_p.size + high_p.size + 2, STATE_SIZE), np.float64)
+    state = initial_state(low_p.size, high_p.size)
+    trace[0, :] = state
+    _, rows = walk(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, np.inf, state, trace[1:])
+    return trace[: rows + 1].copy()
+
+
+@kernel
+def divergence_row(r, p, kind, alpha):
+    """D_f(r || p) with the normalised generator; p_i = 0 < r_i terms cost r_i f'(inf)."""
+    fpinf = f_tilde_prime_at_inf(kind, alpha)
+    total = 0.0
+    for i in range(p.size):
+        pi = np.float64(p[i])
+        ri = np.float64(r[i])
+        if pi > 0.0 and ri / pi < np.inf:
+            total += pi * f_tilde(kind, alpha, ri / pi)
+        elif ri > 0.0:
+            total += ri * fpinf
+    return total
+
+
+@kernel(parallel=True)
+def divergence_rows(R, P, kind, alpha, out):
+    for i in prange(P.shape[0]):
+        out[i] = divergence_row(R[i], P[i], kind, alpha)

@@ -1,0 +1,80 @@
+"""Input checking for the public API: every problem is a ValueError that names the row.
+
+Nothing reaches a numba kernel unchecked, and nothing is silently clipped or renormalised.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: How far a row's sum may stray from 1, by input precision.
+SUM_TOLERANCE = {np.dtype(np.float64): 1e-6, np.dtype(np.float32): 1e-4}
+
+
+def _row_name(label: str, batch_shape: tuple[int, ...], flat_row: int) -> str:
+    if not batch_shape:
+        return label
+    index = np.unravel_index(flat_row, batch_shape)
+    where = index[0] if len(index) == 1 else tuple(int(i) for i in index)
+    return f"{label} row {where}"
+
+
+def as_distributions(x, label: str) -> np.ndarray:
+    """``x`` as a float32/float64 array of shape (..., n) whose rows are distributions."""
+    try:
+        arr = np.asarray(x)
+    except Exception as exc:  # ragged lists and the like
+        raise ValueError(f"{label} is not an array of numbers: {exc}") from None
+    if arr.dtype.kind not in "fiub":
+        raise ValueError(f"{label} must hold real numbers, got dtype {arr.dtype}")
+    if arr.dtype not in SUM_TOLERANCE:
+        arr = arr.astype(np.float64)
+    if arr.ndim == 0:
+        raise ValueError(f"{label} must have shape (..., n), got a scalar")
+    if arr.shape[-1] == 0:
+        raise ValueError(f"{label} has an empty last axis: a distribution needs n >= 1 tokens")
+    batch_shape = arr.shape[:-1]
+    rows = arr.reshape(-1, arr.shape[-1])
+    bad = ~np.isfinite(rows)
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise ValueError(f"{_row_name(label, batch_shape, row)} has a non-finite entry {rows[row, col]} at index {col}")
+    negative = rows < 0
+    if negative.any():
+        row, col = np.argwhere(negative)[0]
+        raise ValueError(f"{_row_name(label, batch_shape, row)} has a negative entry {rows[row, col]:.3g} at index {col}")
+    sums = rows.sum(axis=-1, dtype=np.float64)
+    tol = SUM_TOLERANCE[arr.dtype]
+    off = np.abs(sums - 1.0) > tol
+    if off.any():
+        row = int(np.argmax(off))
+        raise ValueError(f"{_row_name(label, batch_shape, row)} sums to {sums[row]:.10g}, not 1 (tolerance {tol:g} for {arr.dtype})")
+    return arr
+
+
+def as_pair(p, q) -> tuple[np.ndarray, np.ndarray]:
+    """Target and drafter with matching shapes, in one common float dtype."""
+    p = as_distributions(p, "p")
+    q = as_distributions(q, "q")
+    if p.shape != q.shape:
+        raise ValueError(f"p and q must have the same shape, got {p.shape} and {q.shape}")
+    dtype = np.result_type(p.dtype, q.dtype)
+    return p.astype(dtype, copy=False), q.astype(dtype, copy=False)
+
+
+def as_budgets(eps, batch_shape: tuple[int, ...]) -> np.ndarray:
+    """Budgets broadcast to the batch shape, as float64; each >= 0 (inf allowed), never nan."""
+    try:
+        arr = np.asarray(eps, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"eps must be a number or an array of numbers, got {eps!r}") from None
+    try:
+        arr = np.broadcast_to(arr, batch_shape)
+    except ValueError:
+        raise ValueError(f"eps of shape {arr.shape} does not broadcast to the batch shape {batch_shape}") from None
+    flat = arr.reshape(-1)
+    bad = np.isnan(flat) | (flat < 0)
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise ValueError(f"{_row_name('eps', batch_shape, row)} is {flat[row]}; budgets must be >= 0 (inf allowed), not nan")
+    return np.ascontiguousarray(flat)
