@@ -6,19 +6,32 @@
 True
 """
 
-from mdverify.api import Frontier, MentorResult, RatioIndex, frontier, mentor
-from mdverify.divergences import Divergence, alpha, divergence, names
+from importlib import import_module
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Divergence",
-    "Frontier",
-    "MentorResult",
-    "RatioIndex",
-    "alpha",
-    "divergence",
-    "frontier",
-    "mentor",
-    "names",
-]
+# Attributes load on first use, so that importing a light submodule (the registry, the
+# code generator) never compiles or loads the numba core.
+_EXPORTS = {
+    "Divergence": "mdverify.divergences",
+    "alpha": "mdverify.divergences",
+    "divergence": "mdverify.divergences",
+    "names": "mdverify.divergences",
+    "Frontier": "mdverify.api",
+    "MentorResult": "mdverify.api",
+    "RatioIndex": "mdverify.api",
+    "frontier": "mdverify.api",
+    "mentor": "mdverify.api",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'mdverify' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_EXPORTS))

@@ -146,6 +146,26 @@ def f_tilde(kind, a, t):
     """f~(t) for t in [0, inf); above 1 as t f~*(1/t), which cannot overflow early."""
     if t == 0.0:
         return f_tilde_at_zero(kind, a)
+    w = t - 1.0
+    if abs(w) < 0.001:
+        if kind == 1:  # kl
+            return float(w**2*(w*(w*(w*(w*(w*((1/56)*w - 1/42) + 1/30) - 1/20) + 1/12) - 1/6) + 1/2))
+        if kind == 2:  # reverse_kl
+            return float(w**2*(w*(w*(w*(w*(w*((1/8)*w - 1/7) + 1/6) - 1/5) + 1/4) - 1/3) + 1/2))
+        if kind == 3:  # pearson
+            return float(w**2)
+        if kind == 4:  # neyman
+            return float(w**2*(w*(w*(w*(w*(w*(w - 1) + 1) - 1) + 1) - 1) + 1))
+        if kind == 5:  # hellinger
+            return float(w**2*(w*(w*(w*(w*(w*((429/16384)*w - 33/1024) + 21/512) - 7/128) + 5/64) - 1/8) + 1/4))
+        if kind == 6:  # jensen_shannon
+            return float(w**2*(w*(w*(w*(w*(w*((127/14336)*w - 3/256) + 31/1920) - 3/128) + 7/192) - 1/16) + 1/8))
+        if kind == 7:  # triangular
+            return float(w**2*(w*(w*(w*(w*(w*((1/128)*w - 1/64) + 1/32) - 1/16) + 1/8) - 1/4) + 1/2))
+        if kind == 8:  # jeffreys
+            return float(w**2*(w*(w*(w*(w*(w*((1/7)*w - 1/6) + 1/5) - 1/4) + 1/3) - 1/2) + 1))
+        if kind == 9:  # alpha
+            return float(w**2*(w*((1/6)*a + w*(a*((1/24)*a - 5/24) + w*(a*(a*((1/120)*a - 3/40) + 13/60) + w*(a*(a*(a*((1/720)*a - 7/360) + 71/720) - 77/360) + w*(a*(a*(a*(a*((1/5040)*a - 1/252) + 31/1008) - 29/252) + 29/140) + w*(a*(a*(a*(a*(a*((1/40320)*a - 3/4480) + 59/8064) - 37/896) + 319/2520) - 223/1120) + 1/8) - 1/7) + 1/6) - 1/5) + 1/4) - 1/3) + 1/2))
     if t <= 1.0:
         if kind == 0:  # tv
             return float((1/2)*abs(t - 1))
@@ -195,6 +215,26 @@ def f_tilde_prime(kind, a, t):
     """f~'(t) for t in [0, inf); above 1 as f~*(u) - u f~*'(u) at u = 1/t."""
     if t == 0.0:
         return f_tilde_prime_at_zero(kind, a)
+    w = t - 1.0
+    if abs(w) < 0.001:
+        if kind == 1:  # kl
+            return float(w*(w*(w*(w*(w*(w*(w*(1/7 - 1/8*w) - 1/6) + 1/5) - 1/4) + 1/3) - 1/2) + 1))
+        if kind == 2:  # reverse_kl
+            return float(w*(w*(w*(w*(w*(w*(w*(1 - w) - 1) + 1) - 1) + 1) - 1) + 1))
+        if kind == 3:  # pearson
+            return float(2*w)
+        if kind == 4:  # neyman
+            return float(w*(w*(w*(w*(w*(w*(w*(8 - 9*w) - 7) + 6) - 5) + 4) - 3) + 2))
+        if kind == 5:  # hellinger
+            return float(w*(w*(w*(w*(w*(w*(w*(429/2048 - 6435/32768*w) - 231/1024) + 63/256) - 35/128) + 5/16) - 3/8) + 1/2))
+        if kind == 6:  # jensen_shannon
+            return float(w*(w*(w*(w*(w*(w*(w*(127/1792 - 255/4096*w) - 21/256) + 31/320) - 15/128) + 7/48) - 3/16) + 1/4))
+        if kind == 7:  # triangular
+            return float(w*(w*(w*(w*(w*(w*(w*(1/16 - 9/256*w) - 7/64) + 3/16) - 5/16) + 1/2) - 3/4) + 1))
+        if kind == 8:  # jeffreys
+            return float(w*(w*(w*(w*(w*(w*(w*(8/7 - 9/8*w) - 7/6) + 6/5) - 5/4) + 4/3) - 3/2) + 2))
+        if kind == 9:  # alpha
+            return float(w*(w*((1/2)*a + w*(a*((1/6)*a - 5/6) + w*(a*(a*((1/24)*a - 3/8) + 13/12) + w*(a*(a*(a*((1/120)*a - 7/60) + 71/120) - 77/60) + w*(a*(a*(a*(a*((1/720)*a - 1/36) + 31/144) - 29/36) + 29/20) + w*(a*(a*(a*(a*(a*((1/5040)*a - 3/560) + 59/1008) - 37/112) + 319/315) - 223/140) + w*(a*(a*(a*(a*(a*(a*((1/40320)*a - 1/1152) + 73/5760) - 115/1152) + 329/720) - 349/288) + 481/280) - 1) + 1) - 1) + 1) - 1) + 1) - 1) + 1))
     if t <= 1.0:
         if kind == 0:  # tv
             return float((1/2)*(0.0 if t - 1 == 0 else math.copysign(1, t - 1)))

@@ -56,11 +56,16 @@ def _code(expr: sp.Expr) -> str:
 # (t**2 - 1)/t**2 is nan at t = 1e200). Each branch is evaluated only on (0, 1] in its own
 # variable (t below 1, u = 1/t above), so a form is accepted when, on a log grid of that
 # interval down to 1e-300 plus points approaching 1, it is finite wherever the 50-digit
-# value is finite and below 1e300, and within a relative 1e-9 of it (plus 1e-15 absolute,
-# the cancellation no form of a log can avoid near 1). The first accepted candidate, in
-# the order sympy's own form, cancelled, then rewritten, is printed; the loose threshold
-# keeps the choice independent of last-ulp differences between libms.
-_GRID = [10.0 ** (-e) for e in range(0, 301, 5)] + [1.0 - 10.0 ** (-e) for e in range(1, 13)]
+# value is finite and below 1e300, and within a relative 1e-9 of it. The first accepted
+# candidate, in the order sympy's own form, cancelled, then rewritten, is printed; the
+# loose threshold keeps the choice independent of last-ulp differences between libms.
+#
+# Within NEAR_ONE of t = 1 every closed form of a log cancels (t log t - t + 1 is 0 in
+# float64 at t = 1 - 2e-9), so smooth generators are evaluated there by their Taylor
+# polynomial of degree SERIES_DEGREE, whose truncation error is below 1e-18 relative.
+NEAR_ONE = 1e-3
+SERIES_DEGREE = 8
+_GRID = [10.0 ** (-e) for e in range(0, 301, 5)] + [1.0 - 10.0 ** (-e) for e in range(1, 4)]
 _FAMILY_PARAMS = (-1.5, 0.3, 0.5, 2.5)
 
 
@@ -90,7 +95,7 @@ def _accurate(candidate: sp.Expr, exact: sp.Expr, var: sp.Symbol) -> bool:
                 if not mpmath.isfinite(truth) or abs(truth) > 1e300:
                     continue
                 got = float(fast(np.float64(x), np.float64(value)))
-                if not np.isfinite(got) or abs(got - float(truth)) > 1e-9 * abs(float(truth)) + 1e-15:
+                if not np.isfinite(got) or abs(got - float(truth)) > 1e-9 * abs(float(truth)):
                     return False
     return True
 
@@ -116,9 +121,11 @@ def _families() -> list[tuple[str, str]]:
     return out
 
 
-def _branches(bodies: list[tuple[str, str]], scale: str = "") -> list[str]:
+def _branches(bodies: list[tuple[str, str]], scale: str = "", skip_missing: bool = False) -> list[str]:
     lines = []
     for kind, (name, expr) in enumerate(bodies):
+        if skip_missing and expr == "math.nan":
+            continue
         body = f"{scale}({expr})" if scale else expr
         lines += [f"    if kind == {kind}:  # {name}", f"        return float({body})"]
     return lines
@@ -130,10 +137,22 @@ def _dispatch(fn: str, args: str, doc: str, bodies: list[tuple[str, str]]) -> st
     return "\n".join(lines)
 
 
-def _dispatch_t(fn: str, doc: str, at_zero: str, low, high, scale: str) -> str:
-    """A function of t: its limit at 0, the direct form on (0, 1], the conjugate form above."""
+def near_one_series(expr: sp.Expr) -> sp.Expr | None:
+    """Taylor polynomial of ``expr`` about t = 1 in w = t - 1, in Horner form; None at a kink."""
+    if expr.has(sp.Abs, sp.sign):
+        return None
+    w = sp.Symbol("w")
+    series = sp.series(expr.subs(t, 1 + w), w, 0, SERIES_DEGREE + 1).removeO()
+    return sp.horner(sp.expand(sp.simplify(series)), wrt=w)
+
+
+def _dispatch_t(fn: str, doc: str, at_zero: str, near, low, high, scale: str) -> str:
+    """A function of t: its limit at 0, a series near 1, the direct form on (0, 1], the conjugate form above."""
     lines = ["@kernel", f"def {fn}(kind, a, t):", f'    """{doc}"""']
-    lines += ["    if t == 0.0:", f"        return {at_zero}(kind, a)", "    if t <= 1.0:"]
+    lines += ["    if t == 0.0:", f"        return {at_zero}(kind, a)"]
+    lines += ["    w = t - 1.0", f"    if abs(w) < {NEAR_ONE!r}:"]
+    lines += ["    " + line for line in _branches(near, skip_missing=True)]
+    lines += ["    if t <= 1.0:"]
     lines += ["    " + line for line in _branches(low)]
     lines += ["    u = 1.0 / t"] + _branches(high, scale) + ["    return math.nan", "", ""]
     return "\n".join(lines)
@@ -143,10 +162,12 @@ def generate_source() -> str:
     families = _families()
     derived: list[tuple[str, Derivation]] = [(name, derive(parse_generator(text))) for name, text in families]
 
-    def bodies(attr: str, var: sp.Symbol | None = None) -> list[tuple[str, str]]:
+    def bodies(attr: str, var: sp.Symbol | None = None, transform=None) -> list[tuple[str, str]]:
         out = []
         for name, d in derived:
             value = getattr(d, attr)
+            if value is not None and transform is not None:
+                value = transform(value)
             if value is not None and var is not None:
                 value = stable_form(value, var)
             out.append((name, "math.nan" if value is None else _code(value)))
@@ -161,11 +182,13 @@ def generate_source() -> str:
     parts.append(_dispatch("f_tilde_prime_at_inf", "kind, a", "lim_{t->inf} f~(t)/t; may be inf.", bodies("f_tilde_prime_at_inf")))
     parts.append(_dispatch_t(
         "f_tilde", "f~(t) for t in [0, inf); above 1 as t f~*(1/t), which cannot overflow early.",
-        "f_tilde_at_zero", bodies("f_tilde", t), bodies("f_tilde_star", u), scale="t * ",
+        "f_tilde_at_zero", bodies("f_tilde", transform=near_one_series),
+        bodies("f_tilde", t), bodies("f_tilde_star", u), scale="t * ",
     ))
     parts.append(_dispatch_t(
         "f_tilde_prime", "f~'(t) for t in [0, inf); above 1 as f~*(u) - u f~*'(u) at u = 1/t.",
-        "f_tilde_prime_at_zero", bodies("f_tilde_prime", t), bodies("f_tilde_prime_star", u), scale="",
+        "f_tilde_prime_at_zero", bodies("f_tilde_prime", transform=near_one_series),
+        bodies("f_tilde_prime", t), bodies("f_tilde_prime_star", u), scale="",
     ))
     return "".join(parts).rstrip() + "\n"
 
