@@ -103,7 +103,7 @@ def mentor(p, q, eps, divergence: str | Divergence = "kl", method: str = "auto")
 
 def divergence_value(entry: Divergence, r, p) -> np.ndarray:
     """:math:`D_f(r \\| p)` over the last axis (see :meth:`Divergence.value`)."""
-    r, p = as_pair(r, p)
+    r, p = as_pair(r, p, labels=("r", "p"))
     n = p.shape[-1]
     out = np.empty(int(np.prod(p.shape[:-1], dtype=np.int64)), np.float64)
     kernels.divergence_rows(np.ascontiguousarray(r.reshape(-1, n)), np.ascontiguousarray(p.reshape(-1, n)),

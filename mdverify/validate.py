@@ -52,12 +52,12 @@ def as_distributions(x, label: str) -> np.ndarray:
     return arr
 
 
-def as_pair(p, q) -> tuple[np.ndarray, np.ndarray]:
-    """Target and drafter with matching shapes, in one common float dtype."""
-    p = as_distributions(p, "p")
-    q = as_distributions(q, "q")
+def as_pair(p, q, labels: tuple[str, str] = ("p", "q")) -> tuple[np.ndarray, np.ndarray]:
+    """Two distributions with matching shapes, in one common float dtype."""
+    p = as_distributions(p, labels[0])
+    q = as_distributions(q, labels[1])
     if p.shape != q.shape:
-        raise ValueError(f"p and q must have the same shape, got {p.shape} and {q.shape}")
+        raise ValueError(f"{labels[0]} and {labels[1]} must have the same shape, got {p.shape} and {q.shape}")
     dtype = np.result_type(p.dtype, q.dtype)
     return p.astype(dtype, copy=False), q.astype(dtype, copy=False)
 

@@ -26,24 +26,29 @@ from mdverify.divergences import Divergence
 def _numeric_generator(expression: str):
     import sympy as sp
 
-    from mdverify.symbolic.derive import derive, parse_generator, t
+    from mdverify.symbolic.derive import derive, parse_generator, t, u
 
     d = derive(parse_generator(expression))
     f = sp.lambdify(t, d.f_tilde, modules="numpy")
-    return f, float(d.f_tilde_at_zero), float(d.f_tilde_prime_at_inf)
+    f_star = sp.lambdify(u, d.f_tilde_star, modules="numpy")
+    return f, f_star, float(d.f_tilde_at_zero), float(d.f_tilde_prime_at_inf)
 
 
 def divergence_reference(entry: Divergence, r: np.ndarray, p: np.ndarray) -> float:
-    """D_f(r || p) for one row of distributions, with the limit conventions of SPEC section 1."""
-    f, f0, fpinf = _numeric_generator(entry.expression)
+    """D_f(r || p) for one row of distributions, with the limit conventions of SPEC section 1.
+
+    Terms with r > p are written r f~*(p / r) (the conjugate generator), which cannot
+    overflow where p is tiny.
+    """
+    f, f_star, f0, fpinf = _numeric_generator(entry.expression)
     r = np.asarray(r, np.float64)
     p = np.asarray(p, np.float64)
-    total = 0.0
     pos = p > 0
-    t = r[pos] / p[pos]
     with np.errstate(all="ignore"):
-        values = np.where(t > 0, f(np.where(t > 0, t, 1.0)), f0)
-    total += float(np.sum(p[pos] * values))
+        t = r[pos] / p[pos]
+        below = np.where(t > 0, p[pos] * f(np.where((t > 0) & (t <= 1), t, 1.0)), p[pos] * f0)
+        above = r[pos] * f_star(np.where(t > 1, p[pos] / np.where(t > 1, r[pos], 1.0), 1.0))
+    total = float(np.sum(np.where(t > 1, above, below)))
     stray = r[~pos].sum()
     if stray > 0:
         total += stray * fpinf
@@ -98,7 +103,7 @@ def solve(p, q, eps: float, entry: Divergence) -> Reference:
     """The optimum of P(f, eps) for one row by nested bisection on m, a and b."""
     p = np.asarray(p, np.float64)
     q = np.asarray(q, np.float64)
-    _, _, fpinf = _numeric_generator(entry.expression)
+    *_, fpinf = _numeric_generator(entry.expression)
     h0_open = fpinf < np.inf
     tv = float(np.sum(np.maximum(p - q, 0)))
     q0 = float(q[p == 0].sum())

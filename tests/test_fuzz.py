@@ -1,0 +1,56 @@
+"""Hypothesis fuzz of the public API: any input either raises ValueError or gives a valid, nan-free result."""
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import mdverify as md
+
+from conftest import ALL_DIVERGENCES
+
+# Entries drawn from a small set of values, so that zeros, ties and 1e-300 tails are common.
+ATOMS = st.sampled_from([0.0, 0.0, 1e-300, 1e-200, 1e-12, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0])
+
+
+@st.composite
+def distributions(draw):
+    n = draw(st.integers(1, 12))
+    batch = draw(st.sampled_from([(), (1,), (3,), (2, 2)]))
+    weights = draw(hnp.arrays(np.float64, batch + (2, n), elements=ATOMS))
+    weights[..., 0] += weights.sum(-1) == 0  # an all-zero row becomes one-hot
+    rows = weights / weights.sum(-1, keepdims=True)
+    dtype = draw(st.sampled_from([np.float64, np.float32]))
+    p, q = rows[..., 0, :].astype(dtype), rows[..., 1, :].astype(dtype)
+    return p, q
+
+
+@given(distributions(), st.sampled_from(ALL_DIVERGENCES), st.sampled_from([0.0, 1e-9, 1e-3, 0.2, 5.0, np.inf]))
+def test_valid_inputs_give_valid_outputs(pq, entry, eps):
+    p, q = pq
+    p = p / p.sum(-1, keepdims=True, dtype=np.float64).astype(p.dtype)
+    q = q / q.sum(-1, keepdims=True, dtype=np.float64).astype(q.dtype)
+    res = md.mentor(p, q, eps, entry)
+    assert res.r.dtype == p.dtype and res.r.shape == p.shape
+    for name in ("acceptance", "moved_mass", "a", "b", "lam", "mu", "divergence_value"):
+        assert not np.isnan(getattr(res, name)).any(), name
+    assert (res.r >= 0).all() and np.isfinite(res.r).all()
+    assert (np.asarray(res.divergence_value) <= eps * (1 + 1e-9) + 1e-300).all()
+    tolerance = 1e-12 if p.dtype == np.float64 else 1e-6
+    assert (np.asarray(res.acceptance) <= q.sum(-1, dtype=np.float64) + 1e-12).all()
+    np.testing.assert_allclose(res.r.sum(-1, dtype=np.float64), p.sum(-1, dtype=np.float64), atol=tolerance)
+
+
+@given(
+    hnp.arrays(np.float64, st.tuples(st.integers(1, 3), st.integers(1, 5)),
+               elements=st.floats(allow_nan=True, allow_infinity=True, width=64)),
+    hnp.arrays(np.float64, st.tuples(st.integers(1, 3), st.integers(1, 5)),
+               elements=st.floats(-1, 2)),
+    st.one_of(st.floats(allow_nan=True), st.just("x"), st.lists(st.floats(), max_size=3)),
+)
+def test_arbitrary_input_raises_value_error_or_succeeds(p, q, eps):
+    try:
+        res = md.mentor(p, q, eps, "kl")
+    except ValueError:
+        return
+    assert not np.isnan(res.acceptance).any()

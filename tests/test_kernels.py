@@ -1,0 +1,35 @@
+"""The core kernels are callable from other numba code, with parallel on and off."""
+
+import warnings
+
+import numpy as np
+import pytest
+from numba import njit, prange
+
+import mdverify as md
+from mdverify.core.mentor import FIELDS, mentor_row
+from mdverify.workloads import llm_rows
+
+
+def _caller(parallel):
+    @njit(parallel=parallel)
+    def run(P, Q, eps, kind, alpha):
+        R = np.empty_like(P)
+        out = np.empty((P.shape[0], len(FIELDS)))
+        for i in prange(P.shape[0]):
+            mentor_row(P[i], Q[i], eps, kind, alpha, R[i], out[i])
+        return R, out
+
+    return run
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_mentor_row_from_njit(parallel):
+    p, q = llm_rows(500, 4, seed=9)
+    entry = md.divergence("jensen_shannon")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        R, out = _caller(parallel)(p, q, 0.05, entry.kind, entry.param)
+    res = md.mentor(p, q, 0.05, entry)
+    np.testing.assert_array_equal(R, res.r)
+    np.testing.assert_array_equal(out[:, FIELDS.index("acceptance")], res.acceptance)

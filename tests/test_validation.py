@@ -1,0 +1,80 @@
+"""Bad input gets a ValueError that names the row and the problem."""
+
+import numpy as np
+import pytest
+
+import mdverify as md
+
+P = np.array([[0.5, 0.5], [0.25, 0.75]])
+Q = np.array([[0.5, 0.5], [0.5, 0.5]])
+
+
+def bad(p=P, q=Q, eps=0.1, divergence="kl", **kw):
+    return md.mentor(p, q, eps, divergence, **kw)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"p": np.array([[0.5, 0.5], [np.nan, 1.0]])}, r"p row 1 has a non-finite entry nan at index 0"),
+        ({"q": np.array([[0.5, 0.5], [np.inf, 0.0]])}, r"q row 1 has a non-finite entry inf"),
+        ({"p": np.array([[0.5, 0.5], [-0.1, 1.1]])}, r"p row 1 has a negative entry -0.1 at index 0"),
+        ({"q": np.array([[0.5, 0.4], [0.5, 0.5]])}, r"q row 0 sums to 0.9, not 1"),
+        ({"q": np.array([0.5, 0.5])}, r"same shape"),
+        ({"p": np.ones((2, 3)) / 3}, r"same shape"),
+        ({"eps": -0.1}, r"eps row 0 is -0.1; budgets must be >= 0"),
+        ({"eps": [0.1, np.nan]}, r"eps row 1 is nan"),
+        ({"eps": [0.1, 0.2, 0.3]}, r"does not broadcast"),
+        ({"eps": "big"}, r"eps must be a number"),
+        ({"divergence": "kullback"}, r"unknown divergence 'kullback'; valid names are: tv, kl, reverse_kl"),
+        ({"divergence": 3}, r"divergence must be a name"),
+        ({"method": "fastest"}, r"unknown method 'fastest'"),
+        ({"p": np.zeros((2, 0)), "q": np.zeros((2, 0))}, r"empty last axis"),
+        ({"p": 1.0, "q": 1.0}, r"scalar"),
+        ({"p": np.array([["a", "b"]])}, r"real numbers"),
+        ({"p": [[0.5, 0.5], [1.0]]}, r"not an array of numbers"),
+    ],
+)
+def test_bad_input(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        bad(**kwargs)
+
+
+def test_single_row_is_named_without_index():
+    with pytest.raises(ValueError, match=r"^p sums to 0.5"):
+        md.mentor([0.25, 0.25], [0.5, 0.5], 0.1)
+
+
+def test_nested_batch_row_index():
+    p = np.full((2, 2, 2), 0.5)
+    p[1, 0] = [0.9, 0.3]
+    with pytest.raises(ValueError, match=r"p row \(1, 0\) sums to 1.2"):
+        md.mentor(p, np.full((2, 2, 2), 0.5), 0.1)
+
+
+def test_float32_sum_tolerance():
+    p = np.array([0.5, 0.50005], np.float32)
+    md.mentor(p, p, 0.1)  # within 1e-4 for float32
+    with pytest.raises(ValueError, match="tolerance 1e-06"):
+        md.mentor(p.astype(np.float64), p.astype(np.float64), 0.1)
+
+
+@pytest.mark.parametrize("a", [0.0, 1.0, np.nan, np.inf])
+def test_alpha_excluded_values(a):
+    with pytest.raises(ValueError, match="alpha"):
+        md.alpha(a)
+
+
+def test_ratio_index_rejects_batches_and_bad_budget():
+    with pytest.raises(ValueError, match="one row"):
+        md.RatioIndex(P, Q)
+    index = md.RatioIndex(P[1], Q[1])
+    with pytest.raises(ValueError, match="budgets must be >= 0"):
+        index.query("kl", -1.0)
+    with pytest.raises(ValueError, match="unknown divergence"):
+        index.frontier("nope")
+
+
+def test_divergence_value_checks_input():
+    with pytest.raises(ValueError, match="r row 0 has a negative entry"):
+        md.divergence("kl").value([[-0.5, 1.5]], [[0.5, 0.5]])
