@@ -172,11 +172,15 @@ class RatioIndex:
             self._traces[key] = kernels.frontier_trace(*self._arrays[:7], entry.kind, entry.param)
         return self._traces[key]
 
-    def _resume(self, entry: Divergence, trace: np.ndarray, eps: float) -> tuple[np.ndarray, bool]:
+    def _resume(self, entry: Divergence, trace: np.ndarray, eps: float) -> tuple[np.ndarray, bool, int]:
+        """The walk's final state at ``eps``, resumed from the last breakpoint below it.
+
+        Returns (state, binding, steps); ``steps`` counts the walk iterations after the resume.
+        """
         row = max(int(np.searchsorted(trace[:, D], eps, side="right")) - 1, 0)
         state = trace[row].copy()
-        binding, _ = walk(*self._arrays[:7], entry.kind, entry.param, eps, state, np.empty((0, STATE_SIZE)))
-        return state, binding
+        binding, _, steps = walk(*self._arrays[:7], entry.kind, entry.param, eps, state, np.empty((0, STATE_SIZE)))
+        return state, binding, steps
 
     def frontier(self, divergence: str | Divergence = "kl") -> Frontier:
         """Breakpoints (eps_k, acceptance_k) of the frontier, with finite eps_k."""
@@ -195,7 +199,7 @@ class RatioIndex:
         """The same fields as :func:`mentor`, for this row."""
         entry = globals()["divergence"](divergence)
         budget = float(as_budgets(eps, ())[0])
-        state, binding = self._resume(entry, self._trace(entry), budget)
+        state, binding, _ = self._resume(entry, self._trace(entry), budget)
         r = np.empty_like(self.p)
         fields = np.empty((1, len(kernels.FIELDS)), np.float64)
         kernels.finish(self._arrays, entry.kind, entry.param, budget, state, binding, self.p, self.q, r, fields[0])

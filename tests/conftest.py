@@ -15,19 +15,3 @@ ALL_DIVERGENCES = [md.divergence(name) for name in md.names()] + [md.alpha(0.3),
 @pytest.fixture(params=ALL_DIVERGENCES, ids=lambda d: d.name)
 def entry(request):
     return request.param
-
-
-def edge_rows() -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """The edge rows of SPEC section 4, as (label, p, q)."""
-    rows = [
-        ("zeros_in_q", [0.5, 0.3, 0.2, 0.0], [0.0, 0.0, 0.6, 0.4]),
-        ("zeros_in_p", [0.6, 0.4, 0.0, 0.0], [0.2, 0.3, 0.3, 0.2]),
-        ("zeros_both", [0.5, 0.0, 0.5, 0.0, 0.0], [0.0, 0.5, 0.25, 0.25, 0.0]),
-        ("ties", [0.2, 0.2, 0.2, 0.2, 0.2], [0.1, 0.1, 0.3, 0.3, 0.2]),
-        ("p_equals_q", [0.25, 0.25, 0.5], [0.25, 0.25, 0.5]),
-        ("n_is_1", [1.0], [1.0]),
-        ("tiny_tail", [1 - 2e-300, 1e-300, 1e-300], [0.5, 0.25, 0.25]),
-        ("tiny_draft", [0.5, 0.25, 0.25], [1 - 2e-300, 1e-300, 1e-300]),
-        ("one_hot_pair", [1.0, 0.0], [0.0, 1.0]),
-    ]
-    return [(label, np.array(p), np.array(q)) for label, p, q in rows]

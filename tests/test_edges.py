@@ -5,8 +5,7 @@ import pytest
 
 import mdverify as md
 from mdverify.oracle.bruteforce import solve
-
-from conftest import edge_rows
+from mdverify.workloads import edge_rows
 
 EDGE_ROWS = edge_rows()
 

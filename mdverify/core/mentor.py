@@ -66,7 +66,7 @@ def mentor_row(p, q, eps, kind, alpha, r, out):
     index = build_index(p, q)
     low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, _ = index
     state = initial_state(low_p.size, high_p.size)
-    binding, _ = walk(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps, state,
+    binding, _, _ = walk(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps, state,
                       np.empty((0, STATE_SIZE), np.float64))
     finish(index, kind, alpha, eps, state, binding, p, q, r, out)
 
@@ -84,7 +84,7 @@ def frontier_trace(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind
     trace = np.empty((low_p.size + high_p.size + 2, STATE_SIZE), np.float64)
     state = initial_state(low_p.size, high_p.size)
     trace[0, :] = state
-    _, rows = walk(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, np.inf, state, trace[1:])
+    _, rows, _ = walk(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, np.inf, state, trace[1:])
     return trace[: rows + 1].copy()
 
 

@@ -110,17 +110,21 @@ def walk(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, e
     """Advance ``state`` in place until D would exceed ``eps`` or m reaches m_max.
 
     Every breakpoint passed with positive step is written as a row of ``trace`` (pass an
-    array with no rows to skip recording). Returns (binding, rows_written): ``binding`` is
-    True when the budget stopped the walk inside a segment.
+    array with no rows to skip recording). Returns (binding, rows_written, steps):
+    ``binding`` is True when the budget stopped the walk inside a segment, and ``steps``
+    counts loop iterations, each of which retires at least one token or ends the walk, so
+    steps <= n_low + n_high + 2 (the O(n) bound of SPEC C5, checked in proofs_checks).
     """
     fpinf = f_tilde_prime_at_inf(kind, alpha)
     h0_open = q0 > 0.0 and fpinf < np.inf
     rows = 0
+    steps = 0
     while True:
+        steps += 1
         k_low = int(state[K_LOW])
         k_high = int(state[K_HIGH])
         if k_low == 0:
-            return False, rows
+            return False, rows, steps
         p_low = low_cum[k_low]
         a = state[A]
         a_next = low_rho[k_low - 1]
@@ -136,7 +140,7 @@ def walk(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, e
             b_next = b
             d_high = q0 - fill
         else:
-            return False, rows
+            return False, rows, steps
         step = min(d_low, d_high)
         low_event = d_low <= d_high
         high_event = d_high <= d_low
@@ -167,7 +171,7 @@ def walk(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, e
             state[A] = a_at
             state[B] = b_at
             state[FILL] = fill_at
-            return True, rows
+            return True, rows, steps
         state[D] = d_end
         state[M] += step
         state[A] = a_end

@@ -34,25 +34,30 @@ def _numeric_generator(expression: str):
     return f, f_star, float(d.f_tilde_at_zero), float(d.f_tilde_prime_at_inf)
 
 
-def divergence_reference(entry: Divergence, r: np.ndarray, p: np.ndarray) -> float:
-    """D_f(r || p) for one row of distributions, with the limit conventions of SPEC section 1.
+def perspective_terms(entry: Divergence, r: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Elementwise p f~(r / p) with the limit conventions of SPEC section 1.
 
     Terms with r > p are written r f~*(p / r) (the conjugate generator), which cannot
-    overflow where p is tiny.
+    overflow where p is tiny; p = 0 < r costs r f~'(inf); p = r = 0 costs 0.
     """
     f, f_star, f0, fpinf = _numeric_generator(entry.expression)
-    r = np.asarray(r, np.float64)
-    p = np.asarray(p, np.float64)
+    r, p = np.broadcast_arrays(np.asarray(r, np.float64), np.asarray(p, np.float64))
+    out = np.zeros(r.shape)
     pos = p > 0
     with np.errstate(all="ignore"):
-        t = r[pos] / p[pos]
-        below = np.where(t > 0, p[pos] * f(np.where((t > 0) & (t <= 1), t, 1.0)), p[pos] * f0)
-        above = r[pos] * f_star(np.where(t > 1, p[pos] / np.where(t > 1, r[pos], 1.0), 1.0))
-    total = float(np.sum(np.where(t > 1, above, below)))
-    stray = r[~pos].sum()
-    if stray > 0:
-        total += stray * fpinf
-    return total
+        t = np.where(pos, r / np.where(pos, p, 1.0), 0.0)
+        low = pos & (t <= 1)
+        high = pos & (t > 1)
+        out[low] = np.where(t[low] > 0, p[low] * f(np.where(t[low] > 0, t[low], 1.0)), p[low] * f0)
+        out[high] = r[high] * f_star(p[high] / r[high])
+        stray = ~pos & (r > 0)
+        out[stray] = r[stray] * fpinf
+    return out
+
+
+def divergence_reference(entry: Divergence, r: np.ndarray, p: np.ndarray) -> float:
+    """D_f(r || p) for one row of distributions (sum of ``perspective_terms``)."""
+    return float(np.sum(perspective_terms(entry, r, p)))
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""Workloads: synthetic LLM-like rows (and, later, n-gram models on CPython's own text)."""
+"""Workloads: synthetic LLM-like rows, named instance families and edge rows."""
 
+from mdverify.workloads.instances import edge_rows, families
 from mdverify.workloads.synthetic import llm_rows, truncate_top_k, truncate_top_p
 
-__all__ = ["llm_rows", "truncate_top_k", "truncate_top_p"]
+__all__ = ["edge_rows", "families", "llm_rows", "truncate_top_k", "truncate_top_p"]
