@@ -16,7 +16,10 @@ import pytest
 import mdverify as md
 from mdverify.workloads import families
 
-from conftest import DIVERGENCES, report
+from mdverify.workloads import divergence_suite
+from mdverify.workloads.instances import report
+
+DIVERGENCES = divergence_suite()
 
 
 @pytest.mark.parametrize("entry", DIVERGENCES, ids=lambda d: d.name)

@@ -9,7 +9,10 @@ import numpy as np
 import mdverify as md
 from mdverify.workloads import edge_rows, families
 
-from conftest import DIVERGENCES, report
+from mdverify.workloads import divergence_suite
+from mdverify.workloads.instances import report
+
+DIVERGENCES = divergence_suite()
 
 
 def test_limits():

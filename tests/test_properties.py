@@ -6,9 +6,7 @@ import pytest
 import mdverify as md
 from mdverify.oracle.bruteforce import distribution_at, divergence_reference
 from mdverify.symbolic.derive import t
-from mdverify.workloads import llm_rows
-
-from conftest import ALL_DIVERGENCES
+from mdverify.workloads import divergence_suite, llm_rows
 
 BUDGETS = np.array([1e-5, 1e-3, 0.03, 0.3, 3.0])
 
@@ -38,7 +36,7 @@ def test_feasible_and_clip_shaped(entry):
             assert ((0 <= res.a) & (res.a <= 1) & (res.b >= 1)).all()
 
 
-@pytest.mark.parametrize("entry", [d for d in ALL_DIVERGENCES if d.name != "tv"], ids=lambda d: d.name)
+@pytest.mark.parametrize("entry", [d for d in divergence_suite() if d.name != "tv"], ids=lambda d: d.name)
 def test_dual_is_marginal_cost(entry):
     """1/lam = dD/dm at the optimum (SPEC C3), by central differences of the reference D(m).
 

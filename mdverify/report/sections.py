@@ -8,13 +8,9 @@ import numpy as np
 
 import mdverify as md
 from mdverify.oracle.bruteforce import solve
-from mdverify.workloads import llm_rows
+from mdverify.workloads import divergence_suite, llm_rows
 
 BUDGETS = (1e-4, 1e-3, 1e-2, 0.1, 0.5, 2.0)
-
-
-def _divergences():
-    return [md.divergence(name) for name in md.names()] + [md.alpha(0.3), md.alpha(-1.0), md.alpha(2.5)]
 
 
 def _style(i: int) -> dict:
@@ -34,7 +30,7 @@ def optimality(out_dir: Path, quick: bool, rng) -> str:
     n, rows = (200, 3) if quick else (1000, 8)
     cases = [("LLM-like", None), ("top-k target", "top_k"), ("both truncated", "both")]
     table = []
-    for entry in _divergences():
+    for entry in divergence_suite():
         worst, count = 0.0, 0
         for _, truncate in cases:
             p, q = llm_rows(n, rows, seed=int(rng.integers(1 << 31)), truncate=truncate)
@@ -60,7 +56,7 @@ def frontiers(out_dir: Path, quick: bool, rng) -> str:
     grid = np.geomspace(1e-4, 10, 300)
     fig, ax = plt.subplots(figsize=(8, 5))
     rows = []
-    for i, entry in enumerate(_divergences()):
+    for i, entry in enumerate(divergence_suite()):
         front = index.frontier(entry)
         ax.plot(grid, front.acceptance_at(grid), label=entry.name, **_style(i))
         rows.append([entry.name, str(front.eps.size), f"{front.acceptance_at(0.01):.4f}", f"{front.acceptance_at(0.1):.4f}"])
@@ -90,7 +86,7 @@ def truncation(out_dir: Path, quick: bool, rng) -> str:
     budgets = np.geomspace(1e-3, 3, 25)
     fig, ax = plt.subplots(figsize=(8, 5))
     table = []
-    for i, entry in enumerate(_divergences()):
+    for i, entry in enumerate(divergence_suite()):
         leaked = np.array([np.mean((md.mentor(p, q, eps, entry).r * excluded).sum(-1)) for eps in budgets])
         if leaked.max() > 0:
             ax.plot(budgets, leaked, label=entry.name, **_style(i))

@@ -7,6 +7,13 @@ import numpy as np
 from mdverify.workloads.synthetic import llm_rows, truncate_top_k
 
 
+def divergence_suite() -> list:
+    """Every registered divergence plus alpha-family members on each side of 0 and 1."""
+    import mdverify as md
+
+    return [md.divergence(name) for name in md.names()] + [md.alpha(0.3), md.alpha(-1.0), md.alpha(2.5)]
+
+
 def edge_rows() -> list[tuple[str, np.ndarray, np.ndarray]]:
     """The edge rows of SPEC section 4, as (label, p, q) with 1-d float64 p and q."""
     rows = [
@@ -57,3 +64,9 @@ def families(n: int, rows: int, seed: int) -> list[tuple[str, np.ndarray, np.nda
         ("float32", *llm_rows(n, rows, seed=int(seeds[6]), dtype=np.float32)),
     ]
     return out
+
+
+def report(claim: str, **measured) -> None:
+    """Print a check's measured worst case (shown by ``pytest -s`` or ``-rA``)."""
+    values = ", ".join(f"{key} = {value:.3g}" if isinstance(value, float) else f"{key} = {value}" for key, value in measured.items())
+    print(f"[{claim}] {values}")
