@@ -28,9 +28,10 @@ def test_limits():
             np.testing.assert_allclose(lossless.acceptance, np.minimum(P64, Q64).sum(-1), atol=1e-12)
             unlimited = md.mentor(P, Q, np.inf, entry)
             finite = np.isfinite(entry.value(Q, P))
+            # r = min(q, b p) with b the largest ratio, reached to rounding of b p.
             gap = np.abs(unlimited.r[finite].astype(np.float64) - Q64[finite]).max(initial=0.0)
             worst = max(worst, gap if P.dtype == np.float64 else 0.0)
-            assert gap <= (1e-15 if P.dtype == np.float64 else 1e-7), (entry.name, label, gap)
+            assert gap <= (1e-13 if P.dtype == np.float64 else 1e-7), (entry.name, label, gap)
             same = md.mentor(P, P, 0.3, entry)
             np.testing.assert_array_equal(same.r, P)
         one = md.mentor([1.0], [1.0], 0.5, entry)

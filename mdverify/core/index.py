@@ -17,6 +17,26 @@ from mdverify.core.jit import kernel
 
 
 @kernel
+def _gather(p, q, which, count):
+    """p and q / p of the tokens ``which[:count]``, as float64."""
+    out_p = np.empty(count, np.float64)
+    out_rho = np.empty(count, np.float64)
+    for k in range(count):
+        i = which[k]
+        out_p[k] = np.float64(p[i])
+        out_rho[k] = np.float64(q[i]) / out_p[k]
+    return out_p, out_rho
+
+
+@kernel
+def _prefix_sums(x):
+    out = np.zeros(x.size + 1, np.float64)
+    for k in range(x.size):
+        out[k + 1] = out[k] + x[k]
+    return out
+
+
+@kernel
 def build_index(p, q):
     """Return (low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, base).
 
@@ -50,18 +70,8 @@ def build_index(p, q):
                 n_high += 1
             else:
                 q0 += qi
-    low_p = np.empty(n_low, np.float64)
-    low_rho = np.empty(n_low, np.float64)
-    for k in range(n_low):
-        i = low[k]
-        low_p[k] = np.float64(p[i])
-        low_rho[k] = np.float64(q[i]) / np.float64(p[i])
-    high_p = np.empty(n_high, np.float64)
-    high_rho = np.empty(n_high, np.float64)
-    for k in range(n_high):
-        i = high[k]
-        high_p[k] = np.float64(p[i])
-        high_rho[k] = np.float64(q[i]) / np.float64(p[i])
+    low_p, low_rho = _gather(p, q, low, n_low)
+    high_p, high_rho = _gather(p, q, high, n_high)
     # Stable sorts: ties keep token order, so the index is a deterministic function of (p, q).
     order = np.argsort(low_rho, kind="mergesort")
     low_p = low_p[order]
@@ -69,10 +79,6 @@ def build_index(p, q):
     order = np.argsort(-high_rho, kind="mergesort")
     high_p = high_p[order]
     high_rho = high_rho[order]
-    low_cum = np.zeros(n_low + 1, np.float64)
-    for k in range(n_low):
-        low_cum[k + 1] = low_cum[k] + low_p[k]
-    high_cum = np.zeros(n_high + 1, np.float64)
-    for k in range(n_high):
-        high_cum[k + 1] = high_cum[k] + high_p[k]
+    low_cum = _prefix_sums(low_p)
+    high_cum = _prefix_sums(high_p)
     return low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, base + base_c

@@ -20,6 +20,20 @@ def _style(i: int) -> dict:
     return {"color": plt.cm.tab20(i % 20), "ls": "--" if i >= len(md.names()) else "-"}
 
 
+def _save(fig, ax, path: Path, xlabel: str, ylabel: str, title: str) -> None:
+    import matplotlib.pyplot as plt
+
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8, ncol=2)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def _table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -61,15 +75,8 @@ def frontiers(out_dir: Path, quick: bool, rng) -> str:
         ax.plot(grid, front.acceptance_at(grid), label=entry.name, **_style(i))
         rows.append([entry.name, str(front.eps.size), f"{front.acceptance_at(0.01):.4f}", f"{front.acceptance_at(0.1):.4f}"])
     ax.axhline(index.base, color="k", ls=":", lw=1, label="lossless (eps = 0)")
-    ax.set_xscale("log")
-    ax.set_xlabel("budget eps = D_f(r || p)")
-    ax.set_ylabel("acceptance probability A(r*)")
-    ax.set_title(f"Optimal acceptance vs budget, one LLM-like row (n = {p.shape[1]}, TV = {index.tv:.3f})")
-    ax.legend(fontsize=8, ncol=2)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out_dir / "frontiers.png", dpi=120)
-    plt.close(fig)
+    _save(fig, ax, out_dir / "frontiers.png", "budget eps = D_f(r || p)", "acceptance probability A(r*)",
+          f"Optimal acceptance vs budget, one LLM-like row (n = {p.shape[1]}, TV = {index.tv:.3f})")
     return (
         "One index per row answers every divergence; each curve is the exact optimum "
         "(`RatioIndex.frontier(f).acceptance_at(eps)`).\n\n![frontiers](frontiers.png)\n\n"
@@ -92,15 +99,8 @@ def truncation(out_dir: Path, quick: bool, rng) -> str:
             ax.plot(budgets, leaked, label=entry.name, **_style(i))
         table.append([entry.name, f"{entry.f_prime_at_inf:g}", f"{leaked[np.searchsorted(budgets, 0.01)]:.4f}",
                       f"{leaked[np.searchsorted(budgets, 0.1)]:.4f}", f"{leaked[-1]:.4f}"])
-    ax.set_xscale("log")
-    ax.set_xlabel("budget eps")
-    ax.set_ylabel("mean output mass on tokens the target excluded")
-    ax.set_title(f"Top-k-truncated targets (k = n/10, n = {n}, {rows} rows)")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out_dir / "truncation.png", dpi=120)
-    plt.close(fig)
+    _save(fig, ax, out_dir / "truncation.png", "budget eps", "mean output mass on tokens the target excluded",
+          f"Top-k-truncated targets (k = n/10, n = {n}, {rows} rows)")
     return (
         "Users filter targets with top-k or top-p. Under a divergence with finite f'(inf) the mentored "
         "distribution can put mass on tokens the target excluded (p = 0), once every kept token the drafter "
