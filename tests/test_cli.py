@@ -1,0 +1,54 @@
+"""The command line: solve (npy, npz, text; clear errors) and report --quick."""
+
+import numpy as np
+import pytest
+
+import mdverify as md
+from mdverify.cli import main
+
+P = np.array([0.7, 0.2, 0.1])
+Q = np.array([0.2, 0.5, 0.3])
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".npz", ".txt"])
+def test_solve_reads_files_and_writes_r(tmp_path, capsys, suffix):
+    def save(name, x):
+        path = tmp_path / f"{name}{suffix}"
+        {".npy": np.save, ".npz": np.savez, ".txt": np.savetxt}[suffix](path, x)
+        return str(path)
+
+    out = tmp_path / "r.npy"
+    assert main(["solve", "--target", save("p", P), "--draft", save("q", Q), "--eps", "0.1", "--divergence", "hellinger", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    expected = md.mentor(P, Q, 0.1, "hellinger")
+    assert f"acceptance: {expected.acceptance}" in printed
+    np.testing.assert_array_equal(np.load(out), expected.r)
+
+
+def test_solve_alpha_family(tmp_path, capsys):
+    np.save(tmp_path / "p.npy", P)
+    np.save(tmp_path / "q.npy", Q)
+    main(["solve", "--target", str(tmp_path / "p.npy"), "--draft", str(tmp_path / "q.npy"), "--eps", "0.1", "--divergence", "alpha(0.3)"])
+    assert f"acceptance: {md.mentor(P, Q, 0.1, md.alpha(0.3)).acceptance}" in capsys.readouterr().out
+
+
+def test_solve_errors_are_clear(tmp_path):
+    with pytest.raises(SystemExit, match="does not exist"):
+        main(["solve", "--target", str(tmp_path / "missing.npy"), "--draft", "x.npy", "--eps", "0.1"])
+    np.save(tmp_path / "p.npy", P)
+    np.save(tmp_path / "bad.npy", np.array([0.5, 0.6, -0.1]))
+    with pytest.raises(SystemExit, match="q has a negative entry"):
+        main(["solve", "--target", str(tmp_path / "p.npy"), "--draft", str(tmp_path / "bad.npy"), "--eps", "0.1"])
+    with pytest.raises(SystemExit, match="unknown divergence"):
+        main(["solve", "--target", str(tmp_path / "p.npy"), "--draft", str(tmp_path / "p.npy"), "--eps", "0.1", "--divergence", "nope"])
+
+
+def test_report_quick_writes_sections_and_plots(tmp_path):
+    from mdverify.report import build_report
+
+    path = build_report(tmp_path, quick=True)
+    text = path.read_text()
+    assert text.count("\n## ") == 4
+    assert "Commit:" in text and "Machine:" in text
+    for png in ("frontiers.png", "truncation.png"):
+        assert (tmp_path / png).stat().st_size > 10_000
