@@ -9,7 +9,8 @@ import numpy as np
 from mdverify.core import mentor as kernels
 from mdverify.core.index import build_index
 from mdverify.core.walk import D, M, STATE_SIZE, walk
-from mdverify.divergences import Divergence, divergence
+from mdverify.divergences import Divergence
+from mdverify.divergences import divergence as lookup
 from mdverify.validate import as_budgets, as_distributions, as_pair
 
 METHODS = ("auto", "sorted")
@@ -88,7 +89,7 @@ def mentor(p, q, eps, divergence: str | Divergence = "kl", method: str = "auto")
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; valid methods are: {', '.join(METHODS)}")
-    entry = globals()["divergence"](divergence)
+    entry = lookup(divergence)
     p, q = as_pair(p, q)
     batch_shape = p.shape[:-1]
     n = p.shape[-1]
@@ -108,7 +109,7 @@ def divergence_value(entry: Divergence, r, p) -> np.ndarray:
     out = np.empty(int(np.prod(p.shape[:-1], dtype=np.int64)), np.float64)
     kernels.divergence_rows(np.ascontiguousarray(r.reshape(-1, n)), np.ascontiguousarray(p.reshape(-1, n)),
                             entry.kind, entry.param, out)
-    return out.reshape(p.shape[:-1])[()] if p.ndim == 1 else out.reshape(p.shape[:-1])
+    return out.reshape(p.shape[:-1])[()]  # a scalar for one row
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,7 @@ class RatioIndex:
 
     def frontier(self, divergence: str | Divergence = "kl") -> Frontier:
         """Breakpoints (eps_k, acceptance_k) of the frontier, with finite eps_k."""
-        entry = globals()["divergence"](divergence)
+        entry = lookup(divergence)
         trace = self._trace(entry)
         finite = np.isfinite(trace[:, D])
         return Frontier(
@@ -197,7 +198,7 @@ class RatioIndex:
 
     def query(self, divergence: str | Divergence, eps: float) -> MentorResult:
         """The same fields as :func:`mentor`, for this row."""
-        entry = globals()["divergence"](divergence)
+        entry = lookup(divergence)
         budget = float(as_budgets(eps, ())[0])
         state, binding, _ = self._resume(entry, self._trace(entry), budget)
         r = np.empty_like(self.p)
