@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 from mdverify.divergences.registry import Divergence, register_family
 
@@ -28,7 +29,7 @@ def alpha(a: float) -> Divergence:
         raise ValueError(f"alpha(a) needs a finite a not in {{0, 1}}, got {a!r} (use 'kl' or 'reverse_kl' for the limits)")
     return Divergence(
         name=f"alpha({a:g})",
-        expression=EXPRESSION.replace("a", f"({a!r})"),
+        expression=re.sub(r"\ba\b", f"({a!r})", EXPRESSION),
         formula=f"Amari alpha-divergence, a = {a:g}",
         kind=KIND,
         param=a,
