@@ -93,7 +93,7 @@ def certify(p, q, r, eps: float, lam: float, mu: float, entry: Divergence, itera
         *_, fpinf = _numeric_generator(entry.expression)
         pos = p > 0
         sups = _coordinate_sups(entry, p[pos], q[pos], lam, mu_t, iterations)
-        stray = q[~pos]
+        stray = q[~pos & (q > 0)]
         # p = 0: min(r, q) - (mu~ + lam f~'(inf)) r is piecewise linear; its sup is at r = 0 or r = q.
         slope = mu_t + (lam * fpinf if lam > 0 else 0.0)
         if lam == 0 and not np.isfinite(fpinf):
