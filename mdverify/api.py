@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from mdverify.core import mentor as kernels
@@ -13,7 +15,9 @@ from mdverify.divergences import Divergence
 from mdverify.divergences import divergence as lookup
 from mdverify.validate import as_budgets, as_distributions, as_pair
 
-METHODS = ("auto", "sorted")
+METHODS = ("auto", "sorted", "select")
+#: Row length from which "auto" uses the sort-free solver (measured by ``benchmarks/``).
+AUTO_SELECT_MIN_N = 512
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,31 @@ def _result(r: np.ndarray, fields: np.ndarray, batch_shape: tuple[int, ...]) -> 
     if not batch_shape:
         columns = {name: value[()] for name, value in columns.items()}
     return MentorResult(r=r, **columns)
+
+
+_local = threading.local()
+
+
+def _workspace(solver: int, rows: int, n: int) -> np.ndarray:
+    """A (chunks, 4, n) float64 workspace for ``mentor_rows``, kept per Python thread.
+
+    Reusing it matters: at n = 131072 the page faults of a fresh one cost as much as a solve.
+    """
+    if solver != kernels.SELECT:
+        return np.empty((1, 4, 0))
+    chunks = max(1, min(rows, numba.get_num_threads()))
+    work = getattr(_local, "work", None)
+    if work is None or work.shape[0] < chunks or work.shape[2] < n:
+        work = np.empty((chunks, 4, n))
+        _local.work = work
+    return work[:chunks]  # C-contiguous; the kernels accept rows wider than n
+
+
+def _solver(method: str, n: int) -> int:
+    """The kernel code for ``method``; "auto" takes the sort-free solver beyond AUTO_SELECT_MIN_N."""
+    if method == "sorted" or (method == "auto" and n < AUTO_SELECT_MIN_N):
+        return kernels.SORTED
+    return kernels.SELECT
 
 
 def mentor(p, q, eps, divergence: str | Divergence = "kl", method: str = "auto") -> MentorResult:
@@ -98,7 +127,8 @@ def mentor(p, q, eps, divergence: str | Divergence = "kl", method: str = "auto")
     Q = np.ascontiguousarray(q.reshape(-1, n))
     R = np.empty_like(P)
     fields = np.empty((P.shape[0], len(kernels.FIELDS)), np.float64)
-    kernels.mentor_rows(P, Q, budgets, entry.kind, entry.param, R, fields)
+    solver = _solver(method, n)
+    kernels.mentor_rows(P, Q, budgets, entry.kind, entry.param, solver, R, fields, _workspace(solver, P.shape[0], n))
     return _result(R.reshape(p.shape), fields, batch_shape)
 
 
@@ -203,7 +233,7 @@ class RatioIndex:
         state, binding, _ = self._resume(entry, self._trace(entry), budget)
         r = np.empty_like(self.p)
         fields = np.empty((1, len(kernels.FIELDS)), np.float64)
-        kernels.finish(self._arrays, entry.kind, entry.param, budget, state, binding, self.p, self.q, r, fields[0])
+        kernels.finish(self._arrays[6], self.base, entry.kind, entry.param, budget, state, binding, self.p, self.q, r, fields[0])
         return _result(r, fields, ())
 
 

@@ -24,12 +24,15 @@ def distributions(draw):
     return p, q
 
 
-@given(distributions(), st.sampled_from(divergence_suite()), st.sampled_from([0.0, 1e-9, 1e-3, 0.2, 5.0, np.inf]))
-def test_valid_inputs_give_valid_outputs(pq, entry, eps):
+@given(distributions(), st.sampled_from(divergence_suite()), st.sampled_from([0.0, 1e-9, 1e-3, 0.2, 5.0, np.inf]),
+       st.sampled_from(["sorted", "select"]))
+def test_valid_inputs_give_valid_outputs(pq, entry, eps, method):
     p, q = pq
     p = p / p.sum(-1, keepdims=True, dtype=np.float64).astype(p.dtype)
     q = q / q.sum(-1, keepdims=True, dtype=np.float64).astype(q.dtype)
-    res = md.mentor(p, q, eps, entry)
+    res = md.mentor(p, q, eps, entry, method=method)
+    other = md.mentor(p, q, eps, entry, method="select" if method == "sorted" else "sorted")
+    np.testing.assert_allclose(res.acceptance, other.acceptance, rtol=0, atol=1e-12)
     assert res.r.dtype == p.dtype and res.r.shape == p.shape
     for name in ("acceptance", "moved_mass", "a", "b", "lam", "mu", "divergence_value"):
         assert not np.isnan(getattr(res, name)).any(), name

@@ -7,7 +7,7 @@ import pytest
 from numba import njit, prange
 
 import mdverify as md
-from mdverify.core.mentor import FIELDS, mentor_row
+from mdverify.core.mentor import FIELDS, mentor_row, mentor_row_select
 from mdverify.workloads import llm_rows
 
 
@@ -33,3 +33,21 @@ def test_mentor_row_from_njit(parallel):
     res = md.mentor(p, q, 0.05, entry)
     np.testing.assert_array_equal(R, res.r)
     np.testing.assert_array_equal(out[:, FIELDS.index("acceptance")], res.acceptance)
+
+
+def test_mentor_row_select_from_njit_with_a_workspace():
+    @njit
+    def run(P, Q, eps, kind, alpha):
+        R = np.empty_like(P)
+        out = np.empty((P.shape[0], len(FIELDS)))
+        work = np.empty((4, P.shape[1]))  # allocated once, reused for every row
+        for i in range(P.shape[0]):
+            mentor_row_select(P[i], Q[i], eps, kind, alpha, R[i], out[i], work)
+        return R, out
+
+    p, q = llm_rows(700, 3, seed=10, truncate="top_p")
+    entry = md.alpha(2.5)
+    R, out = run(p, q, 0.02, entry.kind, entry.param)
+    res = md.mentor(p, q, 0.02, entry, method="select")
+    np.testing.assert_array_equal(R, res.r)
+    np.testing.assert_array_equal(out[:, FIELDS.index("lam")], res.lam)

@@ -1,4 +1,4 @@
-"""md.mentor(method="sorted") against the brute-force nested-bisection reference."""
+"""Both solvers of md.mentor against the brute-force nested-bisection reference."""
 
 import numpy as np
 import pytest
@@ -10,12 +10,13 @@ from mdverify.workloads import llm_rows
 BUDGETS = [0.0, 1e-6, 1e-4, 1e-2, 0.1, 1.0, 10.0, np.inf]
 
 
+@pytest.mark.parametrize("method", ["sorted", "select"])
 @pytest.mark.parametrize("truncate", [None, "top_k", "both"])
-def test_agrees_with_bruteforce(entry, truncate):
+def test_agrees_with_bruteforce(entry, truncate, method):
     p, q = llm_rows(120, 3, seed=7, truncate=truncate)
     worst = 0.0
     for eps in BUDGETS:
-        res = md.mentor(p, q, eps, entry, method="sorted")
+        res = md.mentor(p, q, eps, entry, method=method)
         for i in range(len(p)):
             ref = solve(p[i], q[i], eps, entry)
             worst = max(worst, abs(ref.acceptance - res.acceptance[i]))

@@ -17,18 +17,6 @@ from mdverify.core.jit import kernel
 
 
 @kernel
-def _gather(p, q, which, count):
-    """p and q / p of the tokens ``which[:count]``, as float64."""
-    out_p = np.empty(count, np.float64)
-    out_rho = np.empty(count, np.float64)
-    for k in range(count):
-        i = which[k]
-        out_p[k] = np.float64(p[i])
-        out_rho[k] = np.float64(q[i]) / out_p[k]
-    return out_p, out_rho
-
-
-@kernel
 def _prefix_sums(x):
     out = np.zeros(x.size + 1, np.float64)
     for k in range(x.size):
@@ -37,15 +25,17 @@ def _prefix_sums(x):
 
 
 @kernel
-def build_index(p, q):
-    """Return (low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, base).
+def split_sides(p, q, key, weight):
+    """Write the low side to [0, n_low) and the high side to [n - n_high, n) of ``key`` and
+    ``weight`` (float64 arrays of length >= n); return (n_low, n_high, q0, base).
 
-    ``base`` is sum_i min(p_i, q_i) = 1 - TV(p, q), the lossless acceptance, summed with
-    Neumaier compensation.
+    Low tokens get key = rho = q/p, high tokens key = -rho; ``weight`` holds p. ``base`` is
+    sum_i min(p_i, q_i) = 1 - TV(p, q), the lossless acceptance, summed with an error-free
+    transformation (TwoSum). One pass without data-dependent branches: each token is
+    written to both sides and kept by the side whose count it advances.
     """
     n = p.size
-    low = np.empty(n, np.int64)
-    high = np.empty(n, np.int64)
+    top = key.size - 1
     n_low = 0
     n_high = 0
     q0 = 0.0
@@ -56,29 +46,37 @@ def build_index(p, q):
         qi = np.float64(q[i])
         m = min(pi, qi)
         s = base + m
-        if abs(base) >= abs(m):
-            base_c += (base - s) + m
-        else:
-            base_c += (m - s) + base
+        t = s - base
+        base_c += (base - (s - t)) + (m - t)
         base = s
-        if qi < pi:
-            low[n_low] = i
-            n_low += 1
-        elif qi > pi:
-            if pi > 0.0 and qi / pi < np.inf:
-                high[n_high] = i
-                n_high += 1
-            else:
-                q0 += qi
-    low_p, low_rho = _gather(p, q, low, n_low)
-    high_p, high_rho = _gather(p, q, high, n_high)
-    # Stable sorts: ties keep token order, so the index is a deterministic function of (p, q).
-    order = np.argsort(low_rho, kind="mergesort")
-    low_p = low_p[order]
-    low_rho = low_rho[order]
-    order = np.argsort(-high_rho, kind="mergesort")
-    high_p = high_p[order]
-    high_rho = high_rho[order]
+        rho = qi / pi
+        # The two free slots coincide at the last unclassified position: the low write comes
+        # second and carries the key of whichever side the token is on.
+        key[top - n_high] = -rho
+        weight[top - n_high] = pi
+        key[n_low] = rho if qi < pi else -rho
+        weight[n_low] = pi
+        is_high = (qi > pi) & (pi > 0.0) & (rho < np.inf)
+        n_low += qi < pi
+        n_high += is_high
+        q0 += qi if qi > pi and not is_high else 0.0
+    return n_low, n_high, q0, base + base_c
+
+
+@kernel
+def build_index(p, q):
+    """Return (low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, base), base as in
+    ``split_sides``."""
+    key = np.empty(p.size, np.float64)
+    weight = np.empty(p.size, np.float64)
+    n_low, n_high, q0, base = split_sides(p, q, key, weight)
+    # Stable sorts: ties keep their split order, so the index is a function of (p, q).
+    order = np.argsort(key[:n_low], kind="mergesort")
+    low_p = weight[:n_low][order]
+    low_rho = key[:n_low][order]
+    order = np.argsort(key[p.size - n_high:], kind="mergesort")  # key = -rho: rho descending
+    high_p = weight[p.size - n_high:][order]
+    high_rho = -key[p.size - n_high:][order]
     low_cum = _prefix_sums(low_p)
     high_cum = _prefix_sums(high_p)
-    return low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, base + base_c
+    return low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, base

@@ -11,6 +11,7 @@ from numba import prange
 from mdverify.core._fgen import f_tilde, f_tilde_prime_at_inf
 from mdverify.core.index import build_index
 from mdverify.core.jit import kernel
+from mdverify.core.select import select_walk
 from mdverify.core.walk import A, B, D, FILL, M, STATE_SIZE, duals, initial_state, walk
 
 #: Field order of the vectors returned by ``mentor_row`` and written by ``mentor_rows``.
@@ -37,12 +38,14 @@ def construct(p, q, a, b, fill, q0, r):
 
 
 @kernel
-def finish(index, kind, alpha, eps, state, binding, p, q, r, out):
-    """Write r and the result fields (order of ``FIELDS``) for a finished walk."""
-    q0 = index[6]
+def finish(q0, base, kind, alpha, eps, state, binding, p, q, r, out):
+    """Write r and the result fields (order of ``FIELDS``) for a finished solve.
+
+    ``q0`` is the drafter mass on p = 0 tokens and ``base`` = sum_i min(p_i, q_i).
+    """
     construct(p, q, state[A], state[B], state[FILL], q0, r)
     lam, mu = duals(kind, alpha, eps, state, binding)
-    out[0] = index[7] + state[M]
+    out[0] = base + state[M]
     out[1] = state[M]
     out[2] = state[A]
     out[3] = np.inf if state[FILL] > 0.0 else state[B]
@@ -68,14 +71,41 @@ def mentor_row(p, q, eps, kind, alpha, r, out):
     state = initial_state(low_p.size, high_p.size)
     binding, _, _ = walk(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps, state,
                       np.empty((0, STATE_SIZE), np.float64))
-    finish(index, kind, alpha, eps, state, binding, p, q, r, out)
+    finish(index[6], index[7], kind, alpha, eps, state, binding, p, q, r, out)
+
+
+@kernel
+def mentor_row_select(p, q, eps, kind, alpha, r, out, work):
+    """``mentor_row`` by the sort-free solver of ``core.select`` (expected O(n)).
+
+    The same arguments, plus ``work``: a float64 workspace of shape (4, n) or wider, reused
+    across calls (a fresh allocation per call costs more than the solve at large n).
+    """
+    state, binding, q0, base = select_walk(p, q, eps, kind, alpha, work)
+    finish(q0, base, kind, alpha, eps, state, binding, p, q, r, out)
+
+
+#: Solver codes of ``mentor_rows``.
+SORTED, SELECT = 0, 1
 
 
 @kernel(parallel=True)
-def mentor_rows(P, Q, eps, kind, alpha, R, out):
-    """``mentor_row`` over the rows of 2-d P, Q (shape (B, n)) in parallel; out has shape (B, 7)."""
-    for i in prange(P.shape[0]):
-        mentor_row(P[i], Q[i], eps[i], kind, alpha, R[i], out[i])
+def mentor_rows(P, Q, eps, kind, alpha, method, R, out, work):
+    """The optimum of every row of 2-d P, Q (shape (B, n)) in parallel; out has shape (B, 7).
+
+    ``method`` is SORTED (``mentor_row``) or SELECT (``mentor_row_select``). ``work`` has shape
+    (chunks, 4, n): the rows are cut into that many contiguous chunks, one workspace each.
+    Each row is solved from its own inputs alone, so results do not depend on the thread
+    count or the number of chunks.
+    """
+    rows = P.shape[0]
+    chunks = work.shape[0]
+    for c in prange(chunks):
+        for i in range(c * rows // chunks, (c + 1) * rows // chunks):
+            if method == SELECT:
+                mentor_row_select(P[i], Q[i], eps[i], kind, alpha, R[i], out[i], work[c])
+            else:
+                mentor_row(P[i], Q[i], eps[i], kind, alpha, R[i], out[i])
 
 
 @kernel

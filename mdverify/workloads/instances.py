@@ -26,6 +26,7 @@ def edge_rows() -> list[tuple[str, np.ndarray, np.ndarray]]:
         ("tiny_tail", [1 - 2e-300, 1e-300, 1e-300], [0.5, 0.25, 0.25]),
         ("tiny_draft", [0.5, 0.25, 0.25], [1 - 2e-300, 1e-300, 1e-300]),
         ("one_hot_pair", [1.0, 0.0], [0.0, 1.0]),
+        ("low_token_last", [0.5, 0.5], [0.9, 0.1]),
     ]
     return [(label, np.array(p, np.float64), np.array(q, np.float64)) for label, p, q in rows]
 

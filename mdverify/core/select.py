@@ -1,0 +1,370 @@
+"""The sort-free exact solver (SPEC section 8): expected O(n), by pivoting on ratios.
+
+The optimum is r = clip(q, a p, b p) where the moved mass m* is the largest m <= m_max with
+D(m) <= eps, and D is convex and non-decreasing in m (C2). Each side's moved mass is a
+monotone function of its threshold that needs only sums of p over the tokens on either side
+of it; so, as in the fast simplex projections, a ratio of the side with more undecided tokens
+is taken as pivot, the undecided tokens are partitioned around it while those sums are
+accumulated, the other side is located at the pivot's m by the same partitioning, and the
+sign of D(m) - eps decides which tokens of both sides are settled (clipped or released)
+for good. The undecided sets shrink geometrically, so the expected work is O(n).
+
+D(m) needs sum p f~(rho) over released tokens, the one costly part. It is first bracketed
+from sums the partitions already have: Jensen's inequality gives P f~(mean ratio) from below,
+and the chord of f~ between the threshold and 1 (f~(1) = 0) gives f~(thr) M / |thr - 1| from
+above, where P and M are the group's p-mass and moved mass. Only when eps falls inside the
+bracket are the released tokens summed exactly, and those already settled are summed once.
+The last segment, where both clipped sets are fixed, is solved by the walk's own
+``solve_segment``.
+
+Tokens are held per side as (key, p) with key = rho on the low side and key = -rho on the
+high side, so that on both sides a token is released at threshold t iff key >= t and its
+moved mass is p (s - key), with s = +1 (low) or -1 (high).
+"""
+
+import numpy as np
+
+from mdverify.core._fgen import f_tilde, f_tilde_prime_at_inf
+from mdverify.core.index import split_sides
+from mdverify.core.jit import kernel
+from mdverify.core.walk import A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, segment_point, solve_segment
+
+# Per-side bookkeeping. Arrays are laid out [clipped | undecided | released, not summed |
+# released, summed]: positions LO, HI, END; sums over those regions in a float64 vector.
+LO, HI, END = range(3)
+P_CLIP, M_REL, P_UNC, M_UNC, F_EXACT, CLIP_MAX, REL_MIN = range(7)
+
+#: Relative margin by which a bound must clear eps to settle a decision without summing.
+_MARGIN = 1e-12
+#: Relative distance within which two moved masses summed in different orders are equal.
+_ENDS = 1e-14
+
+
+@kernel
+def _new_side(n, s):
+    position = np.array([0, n, n], np.int64)
+    sums = np.zeros(7, np.float64)
+    sums[CLIP_MAX] = -np.inf
+    sums[REL_MIN] = s  # ratio 1: with nothing released the threshold is a = 1 or b = 1
+    return position, sums
+
+
+@kernel
+def _pivot(key, lo, hi):
+    """Median of the first, middle and last undecided keys."""
+    x = key[lo]
+    y = key[(lo + hi) // 2]
+    z = key[hi - 1]
+    if x > y:
+        x, y = y, x
+    if y > z:
+        y = z
+    return max(x, y)
+
+
+@kernel
+def _partition(key, p, lo, hi, v, s, strict, scratch):
+    """Partition [lo, hi) into [lo, i) with key <= v (key < v when ``strict``) and [i, hi).
+
+    Returns (i, p_left, p_right, moved_right), the sums of p and of the moved mass
+    p (s - key) on each side, each accumulated directly (never as a difference, which would
+    lose tiny masses). Branch-free and out of place: each token is written to the next free
+    slot at both ends of ``scratch`` (shape (2, >= hi - lo)) and kept at the end its key
+    selects; the result is copied back. No store feeds a later load, unlike an in-place swap.
+    """
+    left = 0
+    right = hi - lo - 1
+    p_left = p_right = moved_right = 0.0
+    for j in range(lo, hi):
+        x = key[j]
+        y = p[j]
+        scratch[0, left] = x
+        scratch[1, left] = y
+        scratch[0, right] = x
+        scratch[1, right] = y
+        # 0/1 arithmetic rather than conditionals keeps the loop free of branches.
+        goes_left = np.int64(x < v) if strict else np.int64(x <= v)
+        weight_right = 1.0 - np.float64(goes_left)
+        p_left += (1.0 - weight_right) * y
+        p_right += weight_right * y
+        moved_right += weight_right * (y * (s - x))
+        left += goes_left
+        right -= 1 - goes_left
+    key[lo:hi] = scratch[0, : hi - lo]
+    p[lo:hi] = scratch[1, : hi - lo]
+    return lo + left, p_left, p_right, moved_right
+
+
+@kernel
+def _locate(key, p, position, sums, s, m, scratch):
+    """Partition the undecided tokens into [LO, k) clipped and [k, HI) released at moved mass m.
+
+    Returns (k, t, p_clipped, p_released, moved_released, clip_max, rel_min): the split, the
+    threshold key at m, the sums of the undecided tokens on each side of it, and bounds
+    clip_max <= t <= rel_min with every clipped key <= clip_max and every released key >=
+    rel_min.
+    """
+    lo = position[LO]
+    hi = position[HI]
+    p_clipped = p_released = moved_released = 0.0
+    clip_max = sums[CLIP_MAX]
+    rel_min = sums[REL_MIN]
+    while lo < hi:
+        v = _pivot(key, lo, hi)
+        i, p_left, p_right, moved_right = _partition(key, p, lo, hi, v, s, False, scratch)
+        m_v = sums[M_REL] + moved_released + moved_right + (s - v) * (sums[P_CLIP] + p_clipped + p_left)
+        if m_v <= m:  # the threshold is at or below v: keys >= v are released
+            if i == hi:  # nothing lies above v: release the keys equal to v
+                i, _, p_right, moved_right = _partition(key, p, lo, hi, v, s, True, scratch)
+            p_released += p_right
+            moved_released += moved_right
+            rel_min = v
+            hi = i
+        else:  # keys <= v are clipped
+            p_clipped += p_left
+            clip_max = v
+            lo = i
+    p_clip = sums[P_CLIP] + p_clipped
+    t = rel_min
+    if p_clip > 0.0:
+        t = min(max(s - (m - sums[M_REL] - moved_released) / p_clip, clip_max), rel_min)
+    return lo, t, p_clipped, p_released, moved_released, clip_max, rel_min
+
+
+@kernel
+def _released_sum(key, p, start, end, s, kind, alpha):
+    total = 0.0
+    for i in range(start, end):
+        total += p[i] * f_tilde(kind, alpha, s * key[i])
+    return total
+
+
+@kernel
+def _cost_bounds(kind, alpha, s, t, p_clip, f_exact, p_unsummed, moved_unsummed):
+    """(lower, upper) bounds on one side's D at threshold key t (see the module docstring)."""
+    ratio = s * t
+    exact = f_exact
+    if p_clip > 0.0:
+        exact += p_clip * f_tilde(kind, alpha, ratio)
+    lower = exact
+    upper = exact
+    if p_unsummed > 0.0 and moved_unsummed > 0.0:
+        lower += p_unsummed * f_tilde(kind, alpha, 1.0 - s * moved_unsummed / p_unsummed)
+        gap = abs(ratio - 1.0)
+        upper += f_tilde(kind, alpha, ratio) * moved_unsummed / gap if gap > 0.0 else np.inf
+    return lower, upper
+
+
+@kernel
+def _settle(key, p, position, sums, released, split, p_moved, moved, threshold, summed, f_summed):
+    """Settle the undecided tokens on one side of ``split`` (see ``select_walk``).
+
+    ``released``: [split, HI) joins the released tokens, whose sum of p f~ is ``f_summed``
+    when ``summed`` (the not-yet-summed ones included); otherwise [LO, split) is clipped.
+    """
+    if released:
+        sums[P_UNC] += p_moved
+        sums[M_UNC] += moved
+        sums[M_REL] += moved
+        sums[REL_MIN] = min(sums[REL_MIN], threshold)
+        position[HI] = split
+    else:
+        sums[P_CLIP] += p_moved
+        sums[CLIP_MAX] = max(sums[CLIP_MAX], threshold)
+        position[LO] = split
+    if summed:
+        # f_summed covers [start, END) where start = split if released else HI (before the move).
+        sums[F_EXACT] += f_summed
+        sums[P_UNC] = 0.0
+        sums[M_UNC] = 0.0
+        position[END] = position[HI]
+
+
+@kernel
+def _side_cost(key, p, position, sums, s, t, split, p_clip_extra, p_rel_extra, moved_rel_extra,
+               kind, alpha, exact):
+    """(lower, upper, f_released, f_unsummed) of one side's D at threshold t with the undecided
+    tokens split at ``split``; exact sums (lower = upper) when ``exact``."""
+    if not exact:
+        lower, upper = _cost_bounds(kind, alpha, s, t, sums[P_CLIP] + p_clip_extra, sums[F_EXACT],
+                                    sums[P_UNC] + p_rel_extra, sums[M_UNC] + moved_rel_extra)
+        return lower, upper, 0.0, 0.0
+    f_released = _released_sum(key, p, split, position[HI], s, kind, alpha)
+    f_unsummed = _released_sum(key, p, position[HI], position[END], s, kind, alpha)
+    value = sums[F_EXACT] + f_released + f_unsummed
+    p_clip = sums[P_CLIP] + p_clip_extra
+    if p_clip > 0.0:
+        value += p_clip * f_tilde(kind, alpha, s * t)
+    return value, value, f_released, f_unsummed
+
+
+@kernel
+def select_walk(p, q, eps, kind, alpha, work):
+    """The final walk state of the optimum, found without sorting.
+
+    ``work`` is a float64 workspace of shape (4, >= n), overwritten. Returns
+    (state, binding, q0, base) with the state layout of ``core.walk``.
+    """
+    size = work.shape[1]
+    n_low, n_high, q0, base = split_sides(p, q, work[0], work[1])
+    scratch = work[2:]
+    low_key = work[0, :n_low]
+    low_p = work[1, :n_low]
+    high_key = work[0, size - n_high:]
+    high_p = work[1, size - n_high:]
+    keys = (low_key, high_key)
+    ps = (low_p, high_p)
+    signs = (1.0, -1.0)
+    low_position, low_sums = _new_side(n_low, 1.0)
+    high_position, high_sums = _new_side(n_high, -1.0)
+    positions = (low_position, high_position)
+    sums = (low_sums, high_sums)
+    fpinf = f_tilde_prime_at_inf(kind, alpha)
+    capacity_low = 0.0
+    for i in range(n_low):
+        capacity_low += low_p[i] * (1.0 - low_key[i])
+    capacity_high = 0.0
+    for i in range(n_high):
+        capacity_high += high_p[i] * (-1.0 - high_key[i])
+    fill_open = q0 > 0.0 and fpinf < np.inf
+    m_max = min(capacity_low, capacity_high + (q0 if fill_open else 0.0))
+
+    while True:
+        undecided_low = low_position[HI] - low_position[LO]
+        undecided_high = high_position[HI] - high_position[LO]
+        if undecided_low == 0 and undecided_high == 0:
+            break
+        side = 0 if undecided_low >= undecided_high else 1
+        other = 1 - side
+        key, pp, position, side_sums, s = keys[side], ps[side], positions[side], sums[side], signs[side]
+        okey, op, oposition, osums, os = keys[other], ps[other], positions[other], sums[other], signs[other]
+        v = _pivot(key, position[LO], position[HI])
+        # Keys <= v count as clipped at v, the others as released (the same D and m).
+        i, p_left, p_right, moved_right = _partition(key, pp, position[LO], position[HI], v, s, False, scratch)
+        m_v = side_sums[M_REL] + moved_right + (s - v) * (side_sums[P_CLIP] + p_left)
+        if m_v > m_max:
+            _settle(key, pp, position, side_sums, False, i, p_left, 0.0, v, False, 0.0)
+            continue
+        split, t, op_clipped, op_released, omoved_released, oclip_max, orel_min = _locate(
+            okey, op, oposition, osums, os, m_v, scratch)
+        fill = 0.0
+        if other == 1 and fill_open and osums[P_CLIP] + op_clipped == 0.0:
+            fill = max(m_v - capacity_high, 0.0)
+        feasible = False
+        summed = False
+        f_side = f_side_unsummed = f_other = f_other_unsummed = 0.0
+        for exact in (False, True):
+            lower, upper, f_side, f_side_unsummed = _side_cost(
+                key, pp, position, side_sums, s, v, i, p_left, p_right, moved_right, kind, alpha, exact)
+            o_lower, o_upper, f_other, f_other_unsummed = _side_cost(
+                okey, op, oposition, osums, os, t, split, op_clipped, op_released, omoved_released,
+                kind, alpha, exact)
+            if fill > 0.0:
+                lower += fill * fpinf
+                upper += fill * fpinf
+            lower += o_lower
+            upper += o_upper
+            if exact:
+                feasible = lower <= eps
+                summed = True
+            elif lower > eps * (1.0 + _MARGIN):
+                feasible = False
+            elif upper < eps * (1.0 - _MARGIN):
+                feasible = True
+            else:
+                continue
+            break
+        if feasible:
+            if i == position[HI]:  # nothing lies above v: release the keys equal to v
+                i, _, p_right, moved_right = _partition(key, pp, position[LO], position[HI], v, s, True, scratch)
+                f_side = p_right * f_tilde(kind, alpha, s * v)
+            _settle(key, pp, position, side_sums, True, i, p_right, moved_right, v, summed, f_side + f_side_unsummed)
+            _settle(okey, op, oposition, osums, True, split, op_released, omoved_released, orel_min,
+                    summed, f_other + f_other_unsummed)
+        else:
+            _settle(key, pp, position, side_sums, False, i, p_left, 0.0, v, summed, f_side_unsummed)
+            _settle(okey, op, oposition, osums, False, split, op_clipped, 0.0, oclip_max,
+                    summed, f_other_unsummed)
+
+    # Both sides settled: sum the remaining released tokens and solve the last segment.
+    for side in range(2):
+        position, side_sums = positions[side], sums[side]
+        side_sums[F_EXACT] += _released_sum(keys[side], ps[side], position[HI], position[END], signs[side], kind, alpha)
+    p_low = low_sums[P_CLIP]
+    p_high = high_sums[P_CLIP]
+    a_top = low_sums[REL_MIN]
+    a_min = max(low_sums[CLIP_MAX], 0.0)
+    b_bottom = -high_sums[REL_MIN]
+    b_max = -high_sums[CLIP_MAX]
+    m_low_start = low_sums[M_REL] + (1.0 - a_top) * p_low
+    m_low_end = low_sums[M_REL] + (1.0 - a_min) * p_low
+    m_high_start = high_sums[M_REL] + (b_bottom - 1.0) * p_high
+    if p_high > 0.0:
+        m_high_end = high_sums[M_REL] + (b_max - 1.0) * p_high
+    else:
+        b_max = b_bottom
+        m_high_end = high_sums[M_REL] + (q0 if fill_open else 0.0)
+    m_start = max(m_low_start, m_high_start, 0.0)
+    m_end = min(m_low_end, m_high_end, m_max)
+    if m_end < m_start:
+        m_end = m_start
+    a0 = a_top
+    if m_start > m_low_start and p_low > 0.0:
+        a0 = min(max(1.0 - (m_start - low_sums[M_REL]) / p_low, a_min), a_top)
+    b0 = b_bottom
+    fill0 = 0.0
+    if p_high > 0.0:
+        if m_start > m_high_start:
+            b0 = max(min(1.0 + (m_start - high_sums[M_REL]) / p_high, b_max), b_bottom)
+    elif fill_open:
+        fill0 = max(m_start - high_sums[M_REL], 0.0)
+    f_low = low_sums[F_EXACT]
+    f_high = high_sums[F_EXACT]
+    d0 = f_low + f_high
+    if p_low > 0.0:
+        d0 += p_low * f_tilde(kind, alpha, a0)
+    if p_high > 0.0:
+        d0 += p_high * f_tilde(kind, alpha, b0)
+    elif fill0 > 0.0:
+        d0 += fpinf * fill0
+    state = np.zeros(STATE_SIZE, np.float64)
+    state[K_LOW] = 1.0 if p_low > 0.0 else 0.0
+    state[K_HIGH] = 1.0 if p_high > 0.0 else 0.0
+    length = m_end - m_start
+    delta = 0.0
+    binding = False
+    value = d0
+    a, b, fill = a0, b0, fill0
+    if length > 0.0 and p_low > 0.0:
+        value, _, a, b, fill = segment_point(length, kind, alpha, f_low, p_low, a0, a_min, f_high, p_high,
+                                             b0, b_max, fpinf, fill0)
+        if value <= eps:
+            # The whole segment: end exactly on the breakpoint(s) that close it.
+            delta = length
+            # m_max and the segment ends are sums in different orders: equal within rounding.
+            tolerance = _ENDS * m_max
+            binding = m_end < m_max - tolerance
+            # Land exactly on the closing breakpoint(s) where that keeps D within the budget.
+            a_end = a_min if m_end >= m_low_end - tolerance else a
+            b_end = b_max if p_high > 0.0 and m_end >= m_high_end - tolerance else b
+            end_value = f_low + p_low * f_tilde(kind, alpha, a_end) + f_high
+            if p_high > 0.0:
+                end_value += p_high * f_tilde(kind, alpha, b_end)
+            elif fill > 0.0:
+                end_value += fpinf * fill
+            if end_value <= eps and (end_value < np.inf or value == np.inf):
+                a, b, value = a_end, b_end, end_value
+        else:
+            binding = True
+            delta = solve_segment(eps, length, d0, kind, alpha, f_low, p_low, a0, a_min, f_high, p_high,
+                                  b0, b_max, fpinf, fill0)
+            value, _, a, b, fill = segment_point(delta, kind, alpha, f_low, p_low, a0, a_min, f_high, p_high,
+                                                 b0, b_max, fpinf, fill0)
+            if delta == 0.0:
+                value = d0
+    state[D] = value
+    state[M] = m_start + delta
+    state[A] = a
+    state[B] = b
+    state[FILL] = fill
+    return state, binding, q0, base
