@@ -1,4 +1,4 @@
-"""The ``mdverify`` command line: ``report`` and ``solve``."""
+"""The ``mdverify`` command line: ``report``, ``bench`` and ``solve``."""
 
 from __future__ import annotations
 
@@ -55,6 +55,19 @@ def _report(args) -> int:
     return 0
 
 
+def _bench(args) -> int:
+    from mdverify.bench.run import run
+    from mdverify.report.build import SCALING_TITLE, replace_section
+
+    _, text = run(args.out, quick=args.quick)
+    print(f"wrote {Path(args.out) / 'bench.md'}, bench.json and scaling.png")
+    report = Path(args.out) / "REPORT.md"
+    if report.exists():
+        replace_section(report, SCALING_TITLE, text)
+        print(f"rewrote the scaling section of {report}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mdverify", description="Mentored decoding: solve, verify, report.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -63,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--quick", action="store_true", help="smaller instances (a few minutes on 2 cores)")
     report.add_argument("--out", default="reports", help="output folder (default: reports)")
     report.set_defaults(run=_report)
+
+    bench = commands.add_parser("bench", help="run the benchmarks; rewrite the report's scaling section")
+    bench.add_argument("--quick", action="store_true", help="n up to 2^17 and small batches (under a minute)")
+    bench.add_argument("--out", default="reports", help="output folder (default: reports)")
+    bench.set_defaults(run=_bench)
 
     solve = commands.add_parser("solve", help="the optimal mentored distribution of target/draft rows")
     solve.add_argument("--target", required=True, help="target probabilities p (.npy, .npz or text), shape (..., n)")

@@ -48,7 +48,20 @@ def test_report_quick_writes_sections_and_plots(tmp_path):
 
     path = build_report(tmp_path, quick=True)
     text = path.read_text()
-    assert text.count("\n## ") == 4
+    assert text.count("\n## ") == 5
     assert "Commit:" in text and "Machine:" in text
-    for png in ("frontiers.png", "truncation.png"):
+    assert "select / numpy sort" in text and (tmp_path / "bench.json").exists()
+    for png in ("frontiers.png", "truncation.png", "scaling.png"):
         assert (tmp_path / png).stat().st_size > 10_000
+
+
+def test_bench_rewrites_only_its_section(tmp_path):
+    from mdverify.report.build import SCALING_TITLE, replace_section
+
+    report = tmp_path / "REPORT.md"
+    report.write_text(f"# r\n\n## 1. A\n\none\n\n## 2. {SCALING_TITLE}\n\nold\n\n## 3. B\n\nthree\n")
+    replace_section(report, SCALING_TITLE, "new")
+    text = report.read_text()
+    assert "old" not in text and "new" in text and "one" in text and "three" in text
+    with pytest.raises(ValueError, match="no section"):
+        replace_section(report, "Missing", "x")

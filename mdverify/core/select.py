@@ -75,6 +75,7 @@ def _partition(key, p, lo, hi, v, s, strict, scratch):
     left = 0
     right = hi - lo - 1
     p_left = p_right = moved_right = 0.0
+    bound = np.nextafter(v, -np.inf) if strict else v  # x < v  <=>  x <= the float below v
     for j in range(lo, hi):
         x = key[j]
         y = p[j]
@@ -83,11 +84,11 @@ def _partition(key, p, lo, hi, v, s, strict, scratch):
         scratch[0, right] = x
         scratch[1, right] = y
         # 0/1 arithmetic rather than conditionals keeps the loop free of branches.
-        goes_left = np.int64(x < v) if strict else np.int64(x <= v)
-        weight_right = 1.0 - np.float64(goes_left)
-        p_left += (1.0 - weight_right) * y
-        p_right += weight_right * y
-        moved_right += weight_right * (y * (s - x))
+        goes_left = np.int64(x <= bound)
+        to_left = np.float64(goes_left)
+        p_left += to_left * y
+        p_right += (1.0 - to_left) * y
+        moved_right += (1.0 - to_left) * (y * (s - x))
         left += goes_left
         right -= 1 - goes_left
     key[lo:hi] = scratch[0, : hi - lo]

@@ -12,8 +12,10 @@ import mdverify as md
 from mdverify.report import sections
 from mdverify.report.environment import stamp
 
+SCALING_TITLE = "Complexity scaling"
 SECTIONS = (
     ("Optimality", sections.optimality),
+    (SCALING_TITLE, sections.scaling),
     ("Acceptance-versus-budget frontiers", sections.frontiers),
     ("The reverse_kl truncation caveat", sections.truncation),
     ("The divergence table, derived by sympy", sections.divergence_table),
@@ -50,3 +52,15 @@ def build_report(out_dir: str | Path = "reports", quick: bool = False) -> Path:
     path = out_dir / "REPORT.md"
     path.write_text("\n".join(header) + "\n" + "\n\n".join(bodies) + "\n")
     return path
+
+
+def replace_section(report: Path, title: str, body: str) -> None:
+    """Rewrite the body of the numbered section ``title`` of an existing report in place."""
+    text = report.read_text()
+    lines = text.split("\n")
+    start = next((i for i, line in enumerate(lines) if line.startswith("## ") and line.endswith(title)), None)
+    if start is None:
+        raise ValueError(f"{report} has no section {title!r}")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    lines[start + 1:end] = ["", body, ""]
+    report.write_text("\n".join(lines))

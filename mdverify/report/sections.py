@@ -69,6 +69,14 @@ def optimality(out_dir: Path, quick: bool, rng) -> str:
     )
 
 
+def scaling(out_dir: Path, quick: bool, rng) -> str:
+    """Complexity scaling and the side-by-side ratios of SPEC section 8 (``mdverify.bench``)."""
+    from mdverify.bench.run import run
+
+    _, text = run(out_dir, quick=quick)
+    return text
+
+
 def frontiers(out_dir: Path, quick: bool, rng) -> str:
     import matplotlib.pyplot as plt
 

@@ -1,0 +1,1 @@
+"""Benchmarks of SPEC section 8: the solvers against the floor, numpy's sort, the peer and cvxpy."""
