@@ -33,10 +33,13 @@ def test_one_index_answers_every_divergence():
             assert held <= 2 * n + 2 + 2 * n, (label, held)  # p, rho per side plus two prefix sums
             for entry in DIVERGENCES:
                 for eps in (1e-4, 0.02, 0.5):
-                    direct = md.mentor(P[i], Q[i], eps, entry)
+                    direct = md.mentor(P[i], Q[i], eps, entry, method="sorted")
                     via = index.query(entry, eps)
                     assert via.acceptance == direct.acceptance, (label, entry.name, eps)
                     np.testing.assert_array_equal(via.r, direct.r)
+                    # The sort-free solver reaches the same optimum without the index.
+                    unsorted = md.mentor(P[i], Q[i], eps, entry, method="select")
+                    assert abs(unsorted.acceptance - via.acceptance) <= 1e-12, (label, entry.name, eps)
                 trace = index._trace(entry)
                 n_low, n_high = index._arrays[0].size, index._arrays[3].size
                 assert trace.shape[0] <= n_low + n_high + 2

@@ -67,3 +67,17 @@ def test_bit_identical_at_any_thread_count(threads):
     assert one.keys() == many.keys()
     for name in one:
         assert one[name] == many[name], f"{name} differs between 1 and {threads} threads"
+
+
+@pytest.mark.parametrize("truncate", [None, "top_p", "both"])
+def test_long_rows_start_from_sampled_pivots(entry, truncate):
+    from mdverify.core.select import SAMPLE_FROM
+    from mdverify.workloads import llm_rows
+
+    for dtype in (np.float64, np.float32):
+        P, Q = llm_rows(SAMPLE_FROM + 3001, 2, seed=8, truncate=truncate, dtype=dtype)
+        for eps in (0.0, 1e-4, 0.05, 2.0, np.inf):
+            ours = md.mentor(P, Q, eps, entry, method="select")
+            ref = md.mentor(P, Q, eps, entry, method="sorted")
+            np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=1e-12,
+                                       err_msg=f"{entry.name}, {truncate}, {np.dtype(dtype).name}, eps={eps}")

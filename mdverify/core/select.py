@@ -34,6 +34,13 @@ from mdverify.core.walk import A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, segm
 LO, HI, END = range(3)
 P_CLIP, M_REL, P_UNC, M_UNC, F_EXACT, CLIP_MAX, REL_MIN = range(7)
 
+#: Keys whose median is taken as pivot (3 for fewer than 64 times as many undecided tokens).
+PIVOT_SAMPLES = 31
+#: Rows at least this long start from pivots estimated on a strided sample of SAMPLE_SIZE
+#: tokens, SAMPLE_MARGIN sample ranks on the clipped side of the sample's thresholds.
+SAMPLE_FROM = 16384
+SAMPLE_SIZE = 1024
+SAMPLE_MARGIN = 8
 #: Relative margin by which a bound must clear eps to settle a decision without summing.
 _MARGIN = 1e-12
 #: Relative distance within which two moved masses summed in different orders are equal.
@@ -50,16 +57,30 @@ def _new_side(n, s):
 
 
 @kernel
+def _mix(x):
+    """splitmix64: a well-spread 64-bit hash, for pivot positions that do not depend on token order."""
+    x = (x + np.uint64(0x9E3779B97F4A7C15)) & np.uint64(0xFFFFFFFFFFFFFFFF)
+    x = ((x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & np.uint64(0xFFFFFFFFFFFFFFFF)
+    x = ((x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & np.uint64(0xFFFFFFFFFFFFFFFF)
+    return x ^ (x >> np.uint64(31))
+
+
+@kernel
 def _pivot(key, lo, hi):
-    """Median of the first, middle and last undecided keys."""
-    x = key[lo]
-    y = key[(lo + hi) // 2]
-    z = key[hi - 1]
-    if x > y:
-        x, y = y, x
-    if y > z:
-        y = z
-    return max(x, y)
+    """Median of PIVOT_SAMPLES (or 3) undecided keys at positions drawn by hashing (lo, hi).
+
+    Token order often follows the ratios (vocabularies sorted by frequency), so fixed
+    positions would give poor pivots; the hash makes the choice deterministic yet unrelated
+    to that order, and the median of several keeps the split near the middle.
+    """
+    width = np.uint64(hi - lo)
+    seed = np.uint64(lo) * np.uint64(0x100000001B3) + np.uint64(hi)
+    count = PIVOT_SAMPLES if hi - lo >= 64 * PIVOT_SAMPLES else 3
+    picks = np.empty(count, np.float64)
+    for j in range(count):
+        picks[j] = key[lo + np.int64(_mix(seed + np.uint64(j)) % width)]
+    picks.sort()
+    return picks[count // 2]
 
 
 @kernel
@@ -206,6 +227,64 @@ def select_walk(p, q, eps, kind, alpha, work):
     ``work`` is a float64 workspace of shape (4, >= n), overwritten. Returns
     (state, binding, q0, base) with the state layout of ``core.walk``.
     """
+    low_first = high_first = np.nan
+    if p.size >= SAMPLE_FROM:
+        low_first, high_first = _sample_pivots(p, q, eps, kind, alpha)
+    return _search(p, q, eps, kind, alpha, work, low_first, high_first)
+
+
+@kernel
+def _sample_pivots(p, q, eps, kind, alpha):
+    """First pivots (keys) for both sides, from the optimum of a strided sample of the row.
+
+    Each is SAMPLE_MARGIN sample ranks from the sample's threshold, on whichever side of it
+    holds more of the sample: the first decision on the full row then most likely settles
+    that larger part at once (clipped tokens for small budgets, released ones for large),
+    the idea of Floyd and Rivest's selection. A poor estimate costs speed, never exactness:
+    every decision is made on the full row.
+    """
+    # Heavy tokens (p or q above 1 / SAMPLE_SIZE, so at most 2 SAMPLE_SIZE of them) carry
+    # most of the mass of LLM rows and enter with weight 1; every stride-th other token
+    # enters with weight stride.
+    stride = p.size // SAMPLE_SIZE
+    heavy = 1.0 / SAMPLE_SIZE
+    ps = np.empty(3 * SAMPLE_SIZE + 1, np.float64)
+    qs = np.empty(3 * SAMPLE_SIZE + 1, np.float64)
+    m = 0
+    for i in range(p.size):
+        if (p[i] > heavy or q[i] > heavy) and m < 2 * SAMPLE_SIZE:
+            ps[m] = p[i]
+            qs[m] = q[i]
+            m += 1
+    for i in range(0, p.size, stride):
+        if not (p[i] > heavy or q[i] > heavy) and m < ps.size:
+            ps[m] = np.float64(p[i]) * stride
+            qs[m] = np.float64(q[i]) * stride
+            m += 1
+    ps = ps[:m]
+    qs = qs[:m]
+    state, _, _, _ = _search(ps, qs, eps, kind, alpha, np.empty((4, m), np.float64), np.nan, np.nan)
+    keys = np.empty(m, np.float64)
+    for j in range(m):
+        keys[j] = qs[j] / ps[j]
+    low = np.sort(keys[qs < ps])
+    high = np.sort(-keys[(qs > ps) & (ps > 0.0) & (keys < np.inf)])
+    return _near_threshold(low, state[A]), _near_threshold(high, -state[B])
+
+
+@kernel
+def _near_threshold(sorted_keys, t):
+    """The key SAMPLE_MARGIN ranks from t on the more populous side of it (nan if too few)."""
+    split = np.searchsorted(sorted_keys, t)
+    if split >= sorted_keys.size - split:
+        return sorted_keys[split - SAMPLE_MARGIN] if split >= SAMPLE_MARGIN else np.nan
+    above = split + SAMPLE_MARGIN - 1
+    return sorted_keys[above] if above < sorted_keys.size else np.nan
+
+
+@kernel
+def _search(p, q, eps, kind, alpha, work, low_first, high_first):
+    """``select_walk`` with optional first pivots (nan: none) for the low and high sides."""
     size = work.shape[1]
     n_low, n_high, q0, base = split_sides(p, q, work[0], work[1])
     scratch = work[2:]
@@ -230,6 +309,7 @@ def select_walk(p, q, eps, kind, alpha, work):
     fill_open = q0 > 0.0 and fpinf < np.inf
     m_max = min(capacity_low, capacity_high + (q0 if fill_open else 0.0))
 
+    first = np.array([low_first, high_first])
     while True:
         undecided_low = low_position[HI] - low_position[LO]
         undecided_high = high_position[HI] - high_position[LO]
@@ -240,6 +320,9 @@ def select_walk(p, q, eps, kind, alpha, work):
         key, pp, position, side_sums, s = keys[side], ps[side], positions[side], sums[side], signs[side]
         okey, op, oposition, osums, os = keys[other], ps[other], positions[other], sums[other], signs[other]
         v = _pivot(key, position[LO], position[HI])
+        if not np.isnan(first[side]):
+            v = first[side]
+            first[side] = np.nan
         # Keys <= v count as clipped at v, the others as released (the same D and m).
         i, p_left, p_right, moved_right = _partition(key, pp, position[LO], position[HI], v, s, False, scratch)
         m_v = side_sums[M_REL] + moved_right + (s - v) * (side_sums[P_CLIP] + p_left)
