@@ -25,14 +25,18 @@ def _prefix_sums(x):
 
 
 @kernel
-def split_sides(p, q, key, weight):
-    """Write the low side to [0, n_low) and the high side to [n - n_high, n) of ``key`` and
-    ``weight`` (float64 arrays of length >= n); return (n_low, n_high, q0, base).
+def split_sides(p, q, key, weight, heavy, threshold):
+    """Write the low side to [0, n_low) and the high side to [size - n_high, size) of ``key``
+    and ``weight`` (float64 arrays of a length size >= n); return
+    (n_low, n_high, q0, base, capacity_low, capacity_high, n_heavy).
 
     Low tokens get key = rho = q/p, high tokens key = -rho; ``weight`` holds p. ``base`` is
     sum_i min(p_i, q_i) = 1 - TV(p, q), the lossless acceptance, summed with an error-free
-    transformation (TwoSum). One pass without data-dependent branches: each token is
-    written to both sides and kept by the side whose count it advances.
+    transformation (TwoSum). The capacities are the most mass each side can move,
+    sum p (1 - rho) and sum p (rho - 1). The indices of tokens with p or q above
+    ``threshold`` go to heavy[:n_heavy] (length >= n, or 1 with threshold = inf). One pass
+    without data-dependent branches: each token is written to both sides and kept by the
+    side whose count it advances.
     """
     n = p.size
     top = key.size - 1
@@ -41,6 +45,9 @@ def split_sides(p, q, key, weight):
     q0 = 0.0
     base = 0.0
     base_c = 0.0
+    capacity_low = 0.0
+    capacity_high = 0.0
+    n_heavy = 0
     for i in range(n):
         pi = np.float64(p[i])
         qi = np.float64(q[i])
@@ -57,10 +64,14 @@ def split_sides(p, q, key, weight):
         key[n_low] = rho if qi < pi else -rho
         weight[n_low] = pi
         is_high = (qi > pi) & (pi > 0.0) & (rho < np.inf)
+        capacity_low += pi * (1.0 - rho) if qi < pi else 0.0
+        capacity_high += pi * (rho - 1.0) if is_high else 0.0
         n_low += qi < pi
         n_high += is_high
         q0 += qi if qi > pi and not is_high else 0.0
-    return n_low, n_high, q0, base + base_c
+        heavy[n_heavy] = i
+        n_heavy += (pi > threshold) | (qi > threshold)
+    return n_low, n_high, q0, base + base_c, capacity_low, capacity_high, n_heavy
 
 
 @kernel
@@ -69,7 +80,7 @@ def build_index(p, q):
     ``split_sides``."""
     key = np.empty(p.size, np.float64)
     weight = np.empty(p.size, np.float64)
-    n_low, n_high, q0, base = split_sides(p, q, key, weight)
+    n_low, n_high, q0, base, _, _, _ = split_sides(p, q, key, weight, np.empty(1), np.inf)
     # Stable sorts: ties keep their split order, so the index is a function of (p, q).
     order = np.argsort(key[:n_low], kind="mergesort")
     low_p = weight[:n_low][order]

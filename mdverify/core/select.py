@@ -227,46 +227,49 @@ def select_walk(p, q, eps, kind, alpha, work):
     ``work`` is a float64 workspace of shape (4, >= n), overwritten. Returns
     (state, binding, q0, base) with the state layout of ``core.walk``.
     """
+    sampled = p.size >= SAMPLE_FROM
+    # work[2] is scratch for the search; until then it collects the heavy tokens' indices.
+    split = split_sides(p, q, work[0], work[1], work[2], 1.0 / SAMPLE_SIZE if sampled else np.inf)
     low_first = high_first = np.nan
-    if p.size >= SAMPLE_FROM:
-        low_first, high_first = _sample_pivots(p, q, eps, kind, alpha)
-    return _search(p, q, eps, kind, alpha, work, low_first, high_first)
+    if sampled:
+        low_first, high_first = _sample_pivots(p, q, eps, kind, alpha, work[2], split[6])
+    return _search(work, split, eps, kind, alpha, low_first, high_first)
 
 
 @kernel
-def _sample_pivots(p, q, eps, kind, alpha):
-    """First pivots (keys) for both sides, from the optimum of a strided sample of the row.
+def _sample_pivots(p, q, eps, kind, alpha, heavy, n_heavy):
+    """First pivots (keys) for both sides, from the optimum of a sample of the row.
 
-    Each is SAMPLE_MARGIN sample ranks from the sample's threshold, on whichever side of it
-    holds more of the sample: the first decision on the full row then most likely settles
-    that larger part at once (clipped tokens for small budgets, released ones for large),
-    the idea of Floyd and Rivest's selection. A poor estimate costs speed, never exactness:
-    every decision is made on the full row.
+    The sample holds the heavy tokens (p or q above 1 / SAMPLE_SIZE, at most 2 SAMPLE_SIZE
+    of them: they carry most of the mass of LLM rows) with weight 1, and every stride-th
+    other token with weight stride. Each pivot is SAMPLE_MARGIN sample ranks from the
+    sample's threshold, on whichever side of it holds more of the sample: the first
+    decision on the full row then most likely settles that larger part at once (clipped
+    tokens for small budgets, released ones for large), the idea of Floyd and Rivest's
+    selection. A poor estimate costs speed, never exactness: every decision is made on the
+    full row.
     """
-    # Heavy tokens (p or q above 1 / SAMPLE_SIZE, so at most 2 SAMPLE_SIZE of them) carry
-    # most of the mass of LLM rows and enter with weight 1; every stride-th other token
-    # enters with weight stride.
     stride = p.size // SAMPLE_SIZE
-    heavy = 1.0 / SAMPLE_SIZE
-    ps = np.empty(3 * SAMPLE_SIZE + 1, np.float64)
-    qs = np.empty(3 * SAMPLE_SIZE + 1, np.float64)
-    m = 0
-    for i in range(p.size):
-        if (p[i] > heavy or q[i] > heavy) and m < 2 * SAMPLE_SIZE:
-            ps[m] = p[i]
-            qs[m] = q[i]
-            m += 1
+    limit = min(n_heavy, 2 * SAMPLE_SIZE)
+    threshold = 1.0 / SAMPLE_SIZE
+    ps = np.empty(limit + SAMPLE_SIZE + 1, np.float64)
+    qs = np.empty(limit + SAMPLE_SIZE + 1, np.float64)
+    for j in range(limit):
+        i = np.int64(heavy[j])
+        ps[j] = p[i]
+        qs[j] = q[i]
+    m = limit
     for i in range(0, p.size, stride):
-        if not (p[i] > heavy or q[i] > heavy) and m < ps.size:
+        if not (p[i] > threshold or q[i] > threshold) and m < ps.size:
             ps[m] = np.float64(p[i]) * stride
             qs[m] = np.float64(q[i]) * stride
             m += 1
     ps = ps[:m]
     qs = qs[:m]
-    state, _, _, _ = _search(ps, qs, eps, kind, alpha, np.empty((4, m), np.float64), np.nan, np.nan)
-    keys = np.empty(m, np.float64)
-    for j in range(m):
-        keys[j] = qs[j] / ps[j]
+    sample_work = np.empty((4, m), np.float64)
+    split = split_sides(ps, qs, sample_work[0], sample_work[1], sample_work[2], np.inf)
+    state, _, _, _ = _search(sample_work, split, eps, kind, alpha, np.nan, np.nan)
+    keys = qs / ps
     low = np.sort(keys[qs < ps])
     high = np.sort(-keys[(qs > ps) & (ps > 0.0) & (keys < np.inf)])
     return _near_threshold(low, state[A]), _near_threshold(high, -state[B])
@@ -283,10 +286,11 @@ def _near_threshold(sorted_keys, t):
 
 
 @kernel
-def _search(p, q, eps, kind, alpha, work, low_first, high_first):
-    """``select_walk`` with optional first pivots (nan: none) for the low and high sides."""
+def _search(work, split, eps, kind, alpha, low_first, high_first):
+    """``select_walk`` on rows already split into ``work`` (``split`` is what ``split_sides``
+    returned), with optional first pivots (nan: none) for the low and high sides."""
     size = work.shape[1]
-    n_low, n_high, q0, base = split_sides(p, q, work[0], work[1])
+    n_low, n_high, q0, base, capacity_low, capacity_high, _ = split
     scratch = work[2:]
     low_key = work[0, :n_low]
     low_p = work[1, :n_low]
@@ -300,12 +304,6 @@ def _search(p, q, eps, kind, alpha, work, low_first, high_first):
     positions = (low_position, high_position)
     sums = (low_sums, high_sums)
     fpinf = f_tilde_prime_at_inf(kind, alpha)
-    capacity_low = 0.0
-    for i in range(n_low):
-        capacity_low += low_p[i] * (1.0 - low_key[i])
-    capacity_high = 0.0
-    for i in range(n_high):
-        capacity_high += high_p[i] * (-1.0 - high_key[i])
     fill_open = q0 > 0.0 and fpinf < np.inf
     m_max = min(capacity_low, capacity_high + (q0 if fill_open else 0.0))
 

@@ -115,6 +115,31 @@ def conjugate_perspective(entry: Divergence, v, c: np.ndarray):
     return atoms[family]()
 
 
+def solve_in_turn(problem, attempts, accept):
+    """Solve ``problem`` with each (label, solver, options) of ``attempts`` in turn.
+
+    ``accept(label)`` inspects the solved problem and returns (result, "") to stop or
+    (None, reason) to go on. Returns (result or None, the reasons of the failed attempts).
+    """
+    import cvxpy as cp
+
+    failures = []
+    for label, solver, options in attempts:
+        try:
+            with warnings.catch_warnings():
+                # An inaccurate solve is reported through the status, which accept() judges.
+                warnings.filterwarnings("ignore", message="Solution may be inaccurate")
+                problem.solve(solver=solver, **options)
+        except cp.error.SolverError as exc:
+            failures.append(f"{label}: {exc}")
+            continue
+        result, reason = accept(label)
+        if result is not None:
+            return result, failures
+        failures.append(f"{label}: {reason}")
+    return None, failures
+
+
 def solve_primal(p, q, eps: float, entry: Divergence, attempts=ATTEMPTS) -> OracleSolution:
     """Solve P(f, eps) for one row with cvxpy; raise OracleFailure if every attempt fails.
 
@@ -151,19 +176,10 @@ def solve_primal(p, q, eps: float, entry: Divergence, attempts=ATTEMPTS) -> Orac
     budget = scale * cost <= scale * eps
     normalisation = mass == 1
     problem = cp.Problem(cp.Maximize(objective), [budget, normalisation])
-    failures = []
-    for label, solver, options in attempts:
-        try:
-            with warnings.catch_warnings():
-                # An inaccurate solve is reported through the status recorded below.
-                warnings.filterwarnings("ignore", message="Solution may be inaccurate")
-                problem.solve(solver=solver, **options)
-        except cp.error.SolverError as exc:
-            failures.append(f"{label}: {exc}")
-            continue
+
+    def accept(label):
         if problem.status not in ("optimal", "optimal_inaccurate"):
-            failures.append(f"{label}: status {problem.status}")
-            continue
+            return None, f"status {problem.status}"
         r = np.zeros_like(p)
         if pl.size:
             r[low] = pl * np.maximum(t.value, 0.0)
@@ -171,19 +187,15 @@ def solve_primal(p, q, eps: float, entry: Divergence, attempts=ATTEMPTS) -> Orac
             r[high] = qh * np.maximum(v.value, 0.0)
         if s is not None:
             r[stray] = np.maximum(s.value, 0.0)
-        solution = OracleSolution(
-            r=r,
-            acceptance=float(problem.value),
-            lam=float(budget.dual_value) * scale,
-            mu=float(normalisation.dual_value),
-            solver=label,
-            status=problem.status,
-        )
         overrun = divergence_reference(entry, r, p) - eps * (1 + FEASIBILITY) - 1e-12
         if overrun > 0 or abs(r.sum() - 1) > FEASIBILITY:
-            failures.append(f"{label}: {problem.status} but infeasible (budget overrun {overrun:.2g}, mass {r.sum():.10g})")
-            continue
-        if problem.status == "optimal":
-            return solution
-        failures.append(f"{label}: {problem.status}")
+            return None, f"{problem.status} but infeasible (budget overrun {overrun:.2g}, mass {r.sum():.10g})"
+        if problem.status != "optimal":
+            return None, problem.status
+        return OracleSolution(r=r, acceptance=float(problem.value), lam=float(budget.dual_value) * scale,
+                              mu=float(normalisation.dual_value), solver=label, status=problem.status), ""
+
+    solution, failures = solve_in_turn(problem, attempts, accept)
+    if solution is not None:
+        return solution
     raise OracleFailure(f"cvxpy could not solve P({entry.name}, {eps}): " + "; ".join(failures))

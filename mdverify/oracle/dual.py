@@ -19,13 +19,12 @@ wrong conjugate cannot pass silently.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from mdverify.divergences import Divergence
-from mdverify.oracle.cvx import ATTEMPTS, OracleFailure, _family
+from mdverify.oracle.cvx import ATTEMPTS, OracleFailure, _family, solve_in_turn
 
 
 @dataclass(frozen=True)
@@ -150,16 +149,13 @@ def solve_dual(p, q, eps: float, entry: Divergence, attempts=ATTEMPTS) -> DualSo
         objective = objective + q[stray] @ (1 - w_stray)
         constraints.append(w_stray - mu <= lam * fpinf)
     problem = cp.Problem(cp.Minimize(objective), constraints)
-    failures = []
-    for label, solver, options in attempts:
-        try:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="Solution may be inaccurate")
-                problem.solve(solver=solver, **options)
-        except cp.error.SolverError as exc:
-            failures.append(f"{label}: {exc}")
-            continue
+
+    def accept(label):
         if problem.status == "optimal" and np.isfinite(problem.value):
-            return DualSolution(value=float(problem.value), lam=float(lam.value), mu=float(mu.value), solver=label)
-        failures.append(f"{label}: status {problem.status}")
+            return DualSolution(value=float(problem.value), lam=float(lam.value), mu=float(mu.value), solver=label), ""
+        return None, f"status {problem.status}"
+
+    solution, failures = solve_in_turn(problem, attempts, accept)
+    if solution is not None:
+        return solution
     raise OracleFailure(f"cvxpy could not solve the dual of P({entry.name}, {eps}): " + "; ".join(failures))
