@@ -48,10 +48,10 @@ def test_report_quick_writes_sections_and_plots(tmp_path):
 
     path = build_report(tmp_path, quick=True)
     text = path.read_text()
-    assert text.count("\n## ") == 5
+    assert text.count("\n## ") == 7
     assert "Commit:" in text and "Machine:" in text
     assert "select / numpy sort" in text and (tmp_path / "bench.json").exists()
-    for png in ("frontiers.png", "truncation.png", "scaling.png"):
+    for png in ("frontiers.png", "truncation.png", "scaling.png", "beating.png", "tv_geometry.png"):
         assert (tmp_path / png).stat().st_size > 10_000
 
 

@@ -38,7 +38,7 @@ P_CLIP, M_REL, P_UNC, M_UNC, F_EXACT, CLIP_MAX, REL_MIN = range(7)
 PIVOT_SAMPLES = 31
 #: Rows at least this long start from pivots estimated on a strided sample of SAMPLE_SIZE
 #: tokens, SAMPLE_MARGIN sample ranks on the clipped side of the sample's thresholds.
-SAMPLE_FROM = 16384
+SAMPLE_FROM = 32768
 SAMPLE_SIZE = 1024
 SAMPLE_MARGIN = 8
 #: Relative margin by which a bound must clear eps to settle a decision without summing.

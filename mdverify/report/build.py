@@ -17,6 +17,8 @@ SECTIONS = (
     ("Optimality", sections.optimality),
     (SCALING_TITLE, sections.scaling),
     ("Acceptance-versus-budget frontiers", sections.frontiers),
+    ("Beating the target", sections.beating_the_target),
+    ("TV geometry", sections.tv_geometry),
     ("The reverse_kl truncation caveat", sections.truncation),
     ("The divergence table, derived by sympy", sections.divergence_table),
 )
