@@ -24,14 +24,19 @@ _EXPORTS = {
     "mentor": "mdverify.api",
 }
 
+#: Subpackages reachable as attributes (``md.rules``, ``md.theory``) without an import.
+_SUBPACKAGES = ("rules", "theory")
+
 __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str):
     if name in _EXPORTS:
         return getattr(import_module(_EXPORTS[name]), name)
+    if name in _SUBPACKAGES:
+        return import_module(f"mdverify.{name}")
     raise AttributeError(f"module 'mdverify' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(list(globals()) + list(_EXPORTS))
+    return sorted(list(globals()) + list(_EXPORTS) + list(_SUBPACKAGES))

@@ -92,11 +92,63 @@ def frontiers(out_dir: Path, quick: bool, rng) -> str:
     ax.axhline(index.base, color="k", ls=":", lw=1, label="lossless (eps = 0)")
     _save(fig, ax, out_dir / "frontiers.png", "budget eps = D_f(r || p)", "acceptance probability A(r*)",
           f"Optimal acceptance vs budget, one LLM-like row (n = {p.shape[1]}, TV = {index.tv:.3f})")
+    _rules_under_frontiers(index, p[0], q[0], out_dir / "rules.png")
     return (
         "One index per row answers every divergence; each curve is the exact optimum "
         "(`RatioIndex.frontier(f).acceptance_at(eps)`).\n\n![frontiers](frontiers.png)\n\n"
         + _table(["divergence", "breakpoints", "A at eps = 0.01", "A at eps = 0.1"], rows)
+        + "\n\nThe relaxed rules of `md.rules` (SPEC C11) on the same row, each swept over its parameter and "
+        "placed at its own true divergence D_f(r' || p) and the best acceptance its output allows, "
+        "sum min(r', q): all lie on or under the mentored frontier (checked for every divergence in "
+        "`proofs_checks/test_c11_rules.py`). Outputs with infinite divergence under f, and lossless ones "
+        "(D below 1e-4), are not drawn.\n\n"
+        "![rules under the frontier](rules.png)"
     )
+
+
+RULE_SWEEPS = {
+    "lenience": np.linspace(0.05, 1.0, 12),
+    "static_ensemble": np.linspace(0.0, 1.0, 12),
+    "cascade_token": np.linspace(0.0, 0.95, 12),
+    "cactus": np.geomspace(1e-3, 10, 12),
+    "typical": [(e, d) for e, d in zip(np.geomspace(1e-3, 0.5, 12), np.geomspace(1e-3, 0.5, 12))],
+    "top_k": [1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233],
+    "cascade_opt": np.linspace(-1.0, 1.0, 12),
+    "fuzzy": np.geomspace(1e-3, 1.0, 12),
+}
+
+
+def _rules_under_frontiers(index, p, q, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    from mdverify.rules import RULES
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    for ax, name in zip(axes.ravel(), ("tv", "kl", "reverse_kl", "hellinger")):
+        entry = md.divergence(name)
+        grid = np.geomspace(1e-4, 10, 200)
+        ax.plot(grid, index.frontier(entry).acceptance_at(grid), "k-", lw=2, label="mentored frontier")
+        for i, (rule_name, sweep) in enumerate(RULE_SWEEPS.items()):
+            points = []
+            for parameter in sweep:
+                out = RULES[rule_name][0](p, q, parameter)
+                budget = float(entry.value(np.clip(out.r, 0, None), p))
+                if 1e-4 <= budget < np.inf:  # lossless outputs (D = 0 up to rounding) sit off the axis
+                    points.append((budget, np.minimum(out.r, q).sum()))
+            if points:
+                x, y = zip(*points)
+                ax.plot(x, y, "o", ms=4, color=plt.cm.tab10(i), label=rule_name)
+        ax.set_xscale("log")
+        ax.set_xlim(1e-4, 10)
+        ax.set_xlabel(f"D_{name}(r' || p)")
+        ax.set_ylabel("acceptance")
+        ax.set_title(name)
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle("Relaxed rules (points) under the mentored frontier (line), one LLM-like row")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def beating_the_target(out_dir: Path, quick: bool, rng) -> str:
