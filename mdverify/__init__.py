@@ -22,6 +22,7 @@ _EXPORTS = {
     "RatioIndex": "mdverify.api",
     "frontier": "mdverify.api",
     "mentor": "mdverify.api",
+    "verify": "mdverify.verification",
 }
 
 #: Subpackages reachable as attributes (``md.rules``, ``md.theory``) without an import.

@@ -1,0 +1,84 @@
+"""Mentored chain verification (SPEC C10): the kernels behind ``md.verify``.
+
+For each row, positions j = 0..k-1 in turn: the mentored r_j of (target_j, draft_j) is solved
+exactly, the drafted token x_j is kept with probability min(1, r_j(x_j) / q_j(x_j)), and at
+the first rejection a token is drawn from norm((r_j - q_j)_+) and the row stops. If every
+drafted token is kept, a bonus token is drawn from the target at position k. Each emitted
+token is then distributed as r_j (or as the bonus target), exactly.
+
+Randomness comes in as uniforms of shape (B, k + 1, 2): [j, 0] decides acceptance at j and
+[j, 1] draws the replacement (or, at j = k, the bonus), so results are reproducible and
+independent of the thread count.
+"""
+
+import numpy as np
+from numba import prange
+
+from mdverify.core.jit import kernel
+from mdverify.core.mentor import FIELDS, SELECT, mentor_row, mentor_row_select
+
+
+@kernel
+def draw(weights, u):
+    """The index i with cumsum(weights)[i - 1] <= u * sum(weights) < cumsum(weights)[i] (float64 scan)."""
+    total = 0.0
+    for i in range(weights.size):
+        total += max(weights[i], 0.0)
+    target = u * total
+    running = 0.0
+    last = -1
+    for i in range(weights.size):
+        w = max(weights[i], 0.0)
+        if w > 0.0:
+            last = i
+            running += w
+            if target < running:
+                return i
+    return last  # u * total reached the end through rounding
+
+
+@kernel
+def verify_row(target, draft, tokens, eps, kind, alpha, method, uniforms, out_tokens, r, fields, residual, work):
+    """Chain verification of one row; returns the number of accepted draft tokens.
+
+    target: (k + 1, n), draft: (k, n), tokens: (k,) int64 with -1 padding at the end;
+    out_tokens: (k + 1,) receives the emitted tokens, -1 after the last; r, residual: (n,)
+    float64 scratch; fields: (7,) float64 scratch; work: (4, n) float64 workspace.
+    """
+    k = tokens.size
+    out_tokens[:] = -1
+    for j in range(k):
+        x = tokens[j]
+        if x < 0:  # the draft ended early: the bonus comes from the target at this position
+            out_tokens[j] = draw(target[j], uniforms[j, 1])
+            return j
+        if method == SELECT:
+            mentor_row_select(target[j], draft[j], eps, kind, alpha, r, fields, work)
+        else:
+            mentor_row(target[j], draft[j], eps, kind, alpha, r, fields)
+        qx = np.float64(draft[j, x])
+        if uniforms[j, 0] * qx < r[x]:  # accept with probability min(1, r(x) / q(x))
+            out_tokens[j] = x
+            continue
+        for i in range(r.size):
+            residual[i] = r[i] - np.float64(draft[j, i])
+        choice = draw(residual, uniforms[j, 1])
+        out_tokens[j] = choice if choice >= 0 else draw(r, uniforms[j, 1])
+        return j
+    out_tokens[k] = draw(target[k], uniforms[k, 1])
+    return k
+
+
+@kernel(parallel=True)
+def verify_rows(target, draft, tokens, eps, kind, alpha, method, uniforms, out_tokens, num_accepted, work):
+    """``verify_row`` over a batch (B rows) in parallel; ``work`` has shape (chunks, 4, n)."""
+    rows = target.shape[0]
+    chunks = work.shape[0]
+    n = target.shape[2]
+    for c in prange(chunks):
+        r = np.empty(n, np.float64)
+        residual = np.empty(n, np.float64)
+        fields = np.empty(len(FIELDS), np.float64)
+        for b in range(c * rows // chunks, (c + 1) * rows // chunks):
+            num_accepted[b] = verify_row(target[b], draft[b], tokens[b], eps[b], kind, alpha, method,
+                                         uniforms[b], out_tokens[b], r, fields, residual, work[c])

@@ -1,0 +1,115 @@
+"""``md.verify``: mentored verification of drafted token chains for a batch (SPEC C10, section 9)."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from mdverify.api import _solver
+from mdverify.core.verify import verify_rows
+from mdverify.divergences import Divergence
+from mdverify.divergences import divergence as lookup
+from mdverify.validate import as_budgets, as_distributions
+
+
+def verify(target_probs, draft_probs, draft_token_ids, eps, divergence: str | Divergence = "kl", seed=None,
+           uniforms=None, method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+    """Verify drafted chains with the mentored distribution of every position.
+
+    Parameters
+    ----------
+    target_probs : array_like, shape (B, k + 1, n)
+        Target distributions at the k drafted positions and at the bonus position.
+    draft_probs : array_like, shape (B, k, n)
+        Drafter distributions the tokens were drawn from.
+    draft_token_ids : array_like of int, shape (B, k)
+        Drafted tokens; a row whose draft is shorter ends with -1 entries.
+    eps : float or array_like of shape (B,)
+        Budget per row (>= 0; 0 is lossless speculative sampling).
+    divergence : str or Divergence
+    seed : int, optional
+        Seed of the uniforms (ignored when ``uniforms`` is given).
+    uniforms : array_like, shape (B, k + 1, 2), optional
+        Explicit uniforms in [0, 1): [b, j, 0] decides acceptance at position j, [b, j, 1]
+        draws the replacement token (or, at j = k, the bonus token).
+    method : {"auto", "sorted", "select"}
+        The solver of each position's mentored distribution (see ``md.mentor``).
+
+    Returns
+    -------
+    output_token_ids : ndarray of int64, shape (B, k + 1)
+        The accepted draft tokens, then the replacement or bonus token, then -1.
+    num_accepted : ndarray of int64, shape (B,)
+
+    Examples
+    --------
+    >>> import numpy as np, mdverify as md
+    >>> p = np.array([[[0.6, 0.4], [0.5, 0.5]]])          # B = 1, k = 1, n = 2
+    >>> q = np.array([[[0.3, 0.7]]])
+    >>> out, accepted = md.verify(p, q, [[1]], eps=0.0, uniforms=[[[0.1, 0.5], [0.2, 0.9]]])
+    >>> out.tolist(), accepted.tolist()
+    ([[1, 1]], [1])
+    """
+    from mdverify.api import METHODS
+
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; valid methods are: {', '.join(METHODS)}")
+    entry = lookup(divergence)
+    target = as_distributions(target_probs, "target_probs")
+    draft = as_distributions(draft_probs, "draft_probs")
+    if target.ndim != 3 or draft.ndim != 3:
+        raise ValueError(f"target_probs must have shape (B, k + 1, n) and draft_probs (B, k, n), got "
+                         f"{target.shape} and {draft.shape}")
+    rows, positions, n = draft.shape
+    if target.shape != (rows, positions + 1, n):
+        raise ValueError(f"target_probs must have shape (B, k + 1, n) = {(rows, positions + 1, n)} to match "
+                         f"draft_probs {draft.shape}, got {target.shape}")
+    tokens = _token_ids(draft_token_ids, draft, (rows, positions))
+    budgets = as_budgets(eps, (rows,))
+    if uniforms is None:
+        u = np.random.default_rng(seed).random((rows, positions + 1, 2))
+    else:
+        u = np.asarray(uniforms, np.float64)
+        if u.shape != (rows, positions + 1, 2):
+            raise ValueError(f"uniforms must have shape (B, k + 1, 2) = {(rows, positions + 1, 2)}, got {u.shape}")
+        if not ((u >= 0) & (u < 1)).all():
+            raise ValueError("uniforms must lie in [0, 1)")
+    dtype = np.result_type(target.dtype, draft.dtype)
+    target = np.ascontiguousarray(target, dtype)
+    draft = np.ascontiguousarray(draft, dtype)
+    out = np.empty((rows, positions + 1), np.int64)
+    accepted = np.empty(rows, np.int64)
+    chunks = max(1, min(rows, numba.get_num_threads()))
+    work = np.empty((chunks, 4, n))
+    verify_rows(target, draft, tokens, budgets, entry.kind, entry.param, _solver(method, n),
+                np.ascontiguousarray(u), out, accepted, work)
+    return out, accepted
+
+
+def _token_ids(ids, draft: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """Drafted ids as int64 (B, k): in [0, n) then only -1, each with positive draft probability."""
+    try:
+        arr = np.asarray(ids)
+    except Exception as exc:
+        raise ValueError(f"draft_token_ids is not an array of integers: {exc}") from None
+    if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "f" and np.all(np.mod(arr, 1) == 0)):
+        raise ValueError(f"draft_token_ids must hold integers, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64)
+    if arr.shape != shape:
+        raise ValueError(f"draft_token_ids must have shape (B, k) = {shape}, got {arr.shape}")
+    n = draft.shape[-1]
+    bad = (arr < -1) | (arr >= n)
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise ValueError(f"draft_token_ids row {row} has token {arr[row, col]} at position {col}, outside [0, {n})")
+    padding = arr == -1
+    if (padding[:, :-1] & ~padding[:, 1:]).any():
+        row = int(np.argmax((padding[:, :-1] & ~padding[:, 1:]).any(-1)))
+        raise ValueError(f"draft_token_ids row {row} has a token after -1 padding; -1 may only end a row")
+    rows, cols = np.nonzero(~padding)
+    zero = draft[rows, cols, arr[rows, cols]] == 0
+    if zero.any():
+        row, col = rows[np.argmax(zero)], cols[np.argmax(zero)]
+        raise ValueError(f"draft_token_ids row {row} drafted token {arr[row, col]} at position {col}, "
+                         "which the drafter gives probability 0")
+    return np.ascontiguousarray(arr)
