@@ -36,8 +36,8 @@ P_CLIP, M_REL, P_UNC, M_UNC, F_EXACT, CLIP_MAX, REL_MIN = range(7)
 
 #: Keys whose median is taken as pivot (3 for fewer than 64 times as many undecided tokens).
 PIVOT_SAMPLES = 31
-#: Rows at least this long start from pivots estimated on a strided sample of SAMPLE_SIZE
-#: tokens, SAMPLE_MARGIN sample ranks on the clipped side of the sample's thresholds.
+#: Rows at least this long start from pivots estimated on a sample of about SAMPLE_SIZE light
+#: tokens plus the heavy ones, SAMPLE_MARGIN sample ranks from the sample's thresholds.
 SAMPLE_FROM = 32768
 SAMPLE_SIZE = 1024
 SAMPLE_MARGIN = 8
@@ -178,7 +178,7 @@ def _cost_bounds(kind, alpha, s, t, p_clip, f_exact, p_unsummed, moved_unsummed)
 
 
 @kernel
-def _settle(key, p, position, sums, released, split, p_moved, moved, threshold, summed, f_summed):
+def _settle(position, sums, released, split, p_moved, moved, threshold, summed, f_summed):
     """Settle the undecided tokens on one side of ``split`` (see ``select_walk``).
 
     ``released``: [split, HI) joins the released tokens, whose sum of p f~ is ``f_summed``
@@ -325,7 +325,7 @@ def _search(work, split, eps, kind, alpha, low_first, high_first):
         i, p_left, p_right, moved_right = _partition(key, pp, position[LO], position[HI], v, s, False, scratch)
         m_v = side_sums[M_REL] + moved_right + (s - v) * (side_sums[P_CLIP] + p_left)
         if m_v > m_max:
-            _settle(key, pp, position, side_sums, False, i, p_left, 0.0, v, False, 0.0)
+            _settle(position, side_sums, False, i, p_left, 0.0, v, False, 0.0)
             continue
         split, t, op_clipped, op_released, omoved_released, oclip_max, orel_min = _locate(
             okey, op, oposition, osums, os, m_v, scratch)
@@ -360,12 +360,12 @@ def _search(work, split, eps, kind, alpha, low_first, high_first):
             if i == position[HI]:  # nothing lies above v: release the keys equal to v
                 i, _, p_right, moved_right = _partition(key, pp, position[LO], position[HI], v, s, True, scratch)
                 f_side = p_right * f_tilde(kind, alpha, s * v)
-            _settle(key, pp, position, side_sums, True, i, p_right, moved_right, v, summed, f_side + f_side_unsummed)
-            _settle(okey, op, oposition, osums, True, split, op_released, omoved_released, orel_min,
+            _settle(position, side_sums, True, i, p_right, moved_right, v, summed, f_side + f_side_unsummed)
+            _settle(oposition, osums, True, split, op_released, omoved_released, orel_min,
                     summed, f_other + f_other_unsummed)
         else:
-            _settle(key, pp, position, side_sums, False, i, p_left, 0.0, v, summed, f_side_unsummed)
-            _settle(okey, op, oposition, osums, False, split, op_clipped, 0.0, oclip_max,
+            _settle(position, side_sums, False, i, p_left, 0.0, v, summed, f_side_unsummed)
+            _settle(oposition, osums, False, split, op_clipped, 0.0, oclip_max,
                     summed, f_other_unsummed)
 
     # Both sides settled: sum the remaining released tokens and solve the last segment.
