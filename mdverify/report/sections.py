@@ -193,7 +193,7 @@ def beating_the_target(out_dir: Path, quick: bool, rng) -> str:
     plt.close(fig)
     s_star = segment_threshold(P, Q, md.mentor(P, Q, 0.05, "kl").r)
     return (
-        "With h = log(r / p), KL(truth || r) = KL(truth || p) - E_truth[h] exactly (C7, checked to 1e-15 in "
+        "With h = log(r / p), KL(truth || r) = KL(truth || p) - E_truth[h] exactly (C7, checked in "
         "`proofs_checks/test_c7_beating_the_target.py`), so r beats p iff E_truth[h] > 0. Two synthetic truths: "
         "pi = p + 0.3 (q - p), a drafter that is partly right, and a truth tilted off the segment by a random "
         "log-normal factor. The curves are the mean change in cross-entropy; the table gives the best budget, "
