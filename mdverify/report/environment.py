@@ -15,8 +15,9 @@ def commit() -> str:
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
             cwd=Path(__file__).resolve().parent,
         )
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, cwd=Path(__file__).resolve().parent).stdout.strip()
+        # The report's own outputs do not make the code dirty.
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":/", ":(exclude,top)reports"],
+                               capture_output=True, text=True, cwd=Path(__file__).resolve().parent).stdout.strip()
         return out.stdout.strip() + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
