@@ -13,7 +13,7 @@ from mdverify.core.index import build_index
 from mdverify.core.walk import D, M, STATE_SIZE, walk
 from mdverify.divergences import Divergence
 from mdverify.divergences import divergence as lookup
-from mdverify.validate import as_budgets, as_distributions, as_pair
+from mdverify.validate import as_budgets, as_pair
 
 METHODS = ("auto", "sorted", "select")
 #: Row length from which "auto" uses the sort-free solver (measured by ``benchmarks/``).

@@ -11,11 +11,10 @@ found by golden-section search that does not assume the clip shape, at any n.
 
 Checked: (lam, mu) against the multipliers cvxpy reports for the budget and normalisation
 constraints; the optimum of cvxpy's model of the dual itself (``oracle.dual``) against
-mdverify's acceptance, with the certificate re-evaluating g at cvxpy's (lam, mu); the certificate gap below 1e-9 relative for every divergence at n up to 1e6;
-and the check's power: r moved 1% towards p, or lam moved 1%, gives a clearly positive gap.
+mdverify's acceptance, with the certificate re-evaluating g at cvxpy's (lam, mu); the
+certificate gap below 1e-9 relative for every divergence at n up to 1e6; and the check's power: r moved 1% towards p, or lam moved 1%, gives a clearly positive gap.
 """
 
-import numpy as np
 import pytest
 
 import mdverify as md
