@@ -63,13 +63,15 @@ _local = threading.local()
 
 
 def _workspace(solver: int, rows: int, n: int) -> np.ndarray:
-    """A (chunks, 4, n) float64 workspace for ``mentor_rows``, kept per Python thread.
+    """A (chunks, 4, width) float64 workspace for ``mentor_rows`` and ``verify_rows``.
 
-    Reusing it matters: at n = 131072 the page faults of a fresh one cost as much as a solve.
+    One chunk of rows per thread, for either solver; only the sort-free one uses the space
+    (width n), and that workspace is kept per Python thread: at n = 131072 the page faults of
+    a fresh one cost as much as a solve.
     """
-    if solver != kernels.SELECT:
-        return np.empty((1, 4, 0))
     chunks = max(1, min(rows, numba.get_num_threads()))
+    if solver != kernels.SELECT:
+        return np.empty((chunks, 4, 0))
     work = getattr(_local, "work", None)
     if work is None or work.shape[0] < chunks or work.shape[2] < n:
         work = np.empty((chunks, 4, n))
@@ -78,7 +80,9 @@ def _workspace(solver: int, rows: int, n: int) -> np.ndarray:
 
 
 def _solver(method: str, n: int) -> int:
-    """The kernel code for ``method``; "auto" takes the sort-free solver beyond AUTO_SELECT_MIN_N."""
+    """The kernel code for ``method``; "auto" takes the sort-free solver from AUTO_SELECT_MIN_N."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; valid methods are: {', '.join(METHODS)}")
     if method == "sorted" or (method == "auto" and n < AUTO_SELECT_MIN_N):
         return kernels.SORTED
     return kernels.SELECT
@@ -118,8 +122,6 @@ def mentor(p, q, eps, divergence: str | Divergence = "kl", method: str = "auto")
     >>> round(float(res.acceptance), 12), round(float(res.moved_mass), 12)
     (0.6, 0.1)
     """
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; valid methods are: {', '.join(METHODS)}")
     entry = lookup(divergence)
     p, q = as_pair(p, q)
     batch_shape = p.shape[:-1]

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from mdverify.api import _solver
+from mdverify.api import _solver, _workspace
 from mdverify.core.verify import verify_rows
 from mdverify.divergences import Divergence
 from mdverify.divergences import divergence as lookup
@@ -50,10 +49,6 @@ def verify(target_probs, draft_probs, draft_token_ids, eps, divergence: str | Di
     >>> out.tolist(), accepted.tolist()
     ([[1, 1]], [1])
     """
-    from mdverify.api import METHODS
-
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; valid methods are: {', '.join(METHODS)}")
     entry = lookup(divergence)
     target = as_distributions(target_probs, "target_probs")
     draft = as_distributions(draft_probs, "draft_probs")
@@ -79,10 +74,9 @@ def verify(target_probs, draft_probs, draft_token_ids, eps, divergence: str | Di
     draft = np.ascontiguousarray(draft, dtype)
     out = np.empty((rows, positions + 1), np.int64)
     accepted = np.empty(rows, np.int64)
-    chunks = max(1, min(rows, numba.get_num_threads()))
-    work = np.empty((chunks, 4, n))
-    verify_rows(target, draft, tokens, budgets, entry.kind, entry.param, _solver(method, n),
-                np.ascontiguousarray(u), out, accepted, work)
+    solver = _solver(method, n)
+    verify_rows(target, draft, tokens, budgets, entry.kind, entry.param, solver, np.ascontiguousarray(u), out,
+                accepted, _workspace(solver, rows, n))
     return out, accepted
 
 

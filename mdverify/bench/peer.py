@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mdverify.rules.base import accept_or_residual, capped_ratio
+
 
 @dataclass(frozen=True)
 class PeerResult:
@@ -32,12 +34,8 @@ def _budget_value(p: np.ndarray, q: np.ndarray, alpha: float) -> float:
 
 def induced(p: np.ndarray, q: np.ndarray, alpha: float) -> tuple[np.ndarray, float]:
     """(r, acceptance) of accept-with-min(1, p/(alpha q)), else draw from norm((p - alpha q)_+)."""
-    accepted = np.minimum(q, p / alpha)
-    acceptance = float(accepted.sum())
-    residual = np.maximum(p - alpha * q, 0.0)
-    total = residual.sum()
-    r = accepted + ((1.0 - acceptance) * residual / total if total > 0 else 0.0)
-    return r, acceptance
+    out = accept_or_residual(q, capped_ratio(p / alpha, q), np.maximum(p - alpha * q, 0.0))
+    return out.r, out.acceptance
 
 
 def peer_sampler(p, q, eps: float, max_steps: int = 10, tolerance: float = 0.1) -> PeerResult:

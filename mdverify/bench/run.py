@@ -19,6 +19,7 @@ import numpy as np
 from tqdm import tqdm
 
 import mdverify as md
+from mdverify.api import _workspace
 from mdverify.bench.peer import peer_sampler
 from mdverify.core import mentor as kernels
 from mdverify.core.index import build_index
@@ -69,15 +70,17 @@ class _Solver:
         self.eps = np.full(P.shape[0], eps)
         self.R = np.empty_like(P)
         self.out = np.empty((P.shape[0], len(kernels.FIELDS)))
-        self.work = np.empty((max(1, min(P.shape[0], numba.get_num_threads())), 4, P.shape[1]))
+        self.work = _workspace(kernels.SELECT, P.shape[0], P.shape[1])  # wide enough for either method
 
     def __call__(self, method: int) -> None:
         kernels.mentor_rows(self.P, self.Q, self.eps, *self.args, method, self.R, self.out, self.work)
 
 
-def _row_timings(n: int, seed: int, with_peer: bool) -> dict[str, float]:
-    P, Q = llm_rows(n, 1, seed=seed)
+def _row_timings(n: int, seed: int, dtype=np.float64) -> dict[str, float]:
+    """Seconds per call of every method on one LLM-like row (the peer runs in float64)."""
+    P, Q = llm_rows(n, 1, seed=seed, dtype=dtype)
     p, q = P[0], Q[0]
+    p64, q64 = p.astype(np.float64), q.astype(np.float64)
     solver = _Solver(P, Q, EPS)
     entry = md.divergence(DIVERGENCE)
     index = md.RatioIndex(p, q)
@@ -90,9 +93,8 @@ def _row_timings(n: int, seed: int, with_peer: bool) -> dict[str, float]:
         "query": seconds(lambda: index.query(entry, EPS)),
         "numpy sort": seconds(lambda: np.sort(q / p)),
         "floor": seconds(lambda: floor_pass(p, q, 0.5, 2.0, r)),
+        "peer": seconds(lambda: peer_sampler(p64, q64, EPS), min_time=0.05, repeat=3),
     }
-    if with_peer:
-        timings["peer"] = seconds(lambda: peer_sampler(p, q, EPS), min_time=0.05, repeat=3)
     return timings
 
 
@@ -100,7 +102,7 @@ def scaling(ns, bar=None) -> dict:
     """Time per row against n for every method, with fitted log-log slopes."""
     rows = []
     for n in ns:
-        rows.append({"n": int(n), **_row_timings(int(n), seed=int(n) % 1000, with_peer=True)})
+        rows.append({"n": int(n), **_row_timings(int(n), seed=int(n) % 1000)})
         if bar is not None:
             bar.update()
     methods = [key for key in rows[0] if key != "n"]
@@ -144,17 +146,10 @@ def reference_ratios(n: int = REFERENCE_N) -> dict:
     """The contract's ratios at the reference row, float64 and float32."""
     out = {}
     for dtype in (np.float64, np.float32):
-        P, Q = llm_rows(n, 1, seed=1, dtype=dtype)
-        p, q = P[0], Q[0]
-        solver = _Solver(P, Q, EPS)
-        r = np.empty_like(p)
-        select = seconds(lambda: solver(kernels.SELECT))
-        sort = seconds(lambda: np.sort(q / p))
-        floor = seconds(lambda: floor_pass(p, q, 0.5, 2.0, r))
-        peer = seconds(lambda: peer_sampler(p.astype(np.float64), q.astype(np.float64), EPS), min_time=0.05, repeat=3)
+        t = _row_timings(n, seed=1, dtype=dtype)
         out[np.dtype(dtype).name] = {
-            "select_ms": select * 1e3, "select/numpy sort": select / sort, "select/floor": select / floor,
-            "peer/select": peer / select,
+            "select_ms": t["select"] * 1e3, "select/numpy sort": t["select"] / t["numpy sort"],
+            "select/floor": t["select"] / t["floor"], "peer/select": t["peer"] / t["select"],
         }
     return out
 

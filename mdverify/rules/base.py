@@ -13,6 +13,15 @@ class RuleOutput:
     acceptance: float  # the probability that the draft token is accepted
 
 
+def one_row(p, q) -> tuple[np.ndarray, np.ndarray]:
+    """p and q as float64 vectors of the same shape (n,); rules take one row."""
+    p = np.asarray(p, np.float64)
+    q = np.asarray(q, np.float64)
+    if p.ndim != 1 or p.shape != q.shape:
+        raise ValueError(f"rules take one row: p and q of the same shape (n,), got {p.shape} and {q.shape}")
+    return p, q
+
+
 def accept_or_residual(q: np.ndarray, accept: np.ndarray, residual: np.ndarray) -> RuleOutput:
     """Draft x ~ q kept with probability accept[x]; otherwise a draw from norm(residual)."""
     kept = q * accept
@@ -23,11 +32,15 @@ def accept_or_residual(q: np.ndarray, accept: np.ndarray, residual: np.ndarray) 
     return RuleOutput(r=r, acceptance=acceptance)
 
 
+def capped_ratio(x: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """min(1, x / q) where q > 0, else 0: the probability of keeping a draft drawn from q."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(q > 0, np.minimum(1.0, x / q), 0.0)
+
+
 def speculative(target: np.ndarray, q: np.ndarray) -> RuleOutput:
     """Lossless speculative sampling towards ``target``: accept min(1, target/q), residual (target - q)_+.
 
     The output is ``target`` itself and the acceptance sum min(target, q).
     """
-    with np.errstate(divide="ignore", invalid="ignore"):
-        accept = np.where(q > 0, np.minimum(1.0, target / q), 0.0)
-    return accept_or_residual(q, accept, np.maximum(target - q, 0.0))
+    return accept_or_residual(q, capped_ratio(target, q), np.maximum(target - q, 0.0))

@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from mdverify.rules.base import RuleOutput
+from mdverify.rules.base import RuleOutput, one_row
 
 
 def _parts(p, q, delta: float):
-    p = np.asarray(p, np.float64)
-    q = np.asarray(q, np.float64)
-    if p.ndim != 1 or p.shape != q.shape:
-        raise ValueError(f"rules take one row: p and q of the same shape (n,), got {p.shape} and {q.shape}")
+    p, q = one_row(p, q)
     if not delta >= 0:
         raise ValueError(f"cactus needs delta >= 0, got {delta!r}")
     gamma = np.minimum(1.0, p + np.sqrt(2.0 * delta * p * (1.0 - p)))
