@@ -10,7 +10,7 @@ import numpy as np
 
 from mdverify.core import mentor as kernels
 from mdverify.core.index import build_index
-from mdverify.core.walk import D, M, STATE_SIZE, walk
+from mdverify.core.walk import D, M, STATE_SIZE
 from mdverify.divergences import Divergence
 from mdverify.divergences import divergence as lookup
 from mdverify.validate import as_budgets, as_pair
@@ -105,7 +105,8 @@ def mentor(p, q, eps, divergence: str | Divergence = "kl", method: str = "auto")
     eps : float or array_like broadcastable to (...)
         Budgets, >= 0; inf means no budget.
     divergence : str or Divergence
-        A registry name (see ``md.divergences.names()``) or ``md.alpha(a)``.
+        A registry name (see ``md.divergences.names()``), ``md.alpha(a)``, or a generator
+        expression in t such as ``"(t-1)*log(t)"`` (see :func:`md.divergence`).
     method : {"auto", "sorted", "select"}
         The solver. "sorted" walks the C5 index (O(n log n) per row); "select" finds the same
         optimum without sorting, by partitioning around ratio pivots (expected O(n));
@@ -132,7 +133,7 @@ def mentor(p, q, eps, divergence: str | Divergence = "kl", method: str = "auto")
     R = np.empty_like(P)
     fields = np.empty((P.shape[0], len(kernels.FIELDS)), np.float64)
     solver = _solver(method, n)
-    kernels.mentor_rows(P, Q, budgets, entry.kind, entry.param, solver, R, fields, _workspace(solver, P.shape[0], n))
+    entry.kernels.mentor_rows(P, Q, budgets, entry.kind, entry.param, solver, R, fields, _workspace(solver, P.shape[0], n))
     return _result(R.reshape(p.shape), fields, batch_shape)
 
 
@@ -141,8 +142,8 @@ def divergence_value(entry: Divergence, r, p) -> np.ndarray:
     r, p = as_pair(r, p, labels=("r", "p"))
     n = p.shape[-1]
     out = np.empty(int(np.prod(p.shape[:-1], dtype=np.int64)), np.float64)
-    kernels.divergence_rows(np.ascontiguousarray(r.reshape(-1, n)), np.ascontiguousarray(p.reshape(-1, n)),
-                            entry.kind, entry.param, out)
+    entry.kernels.divergence_rows(np.ascontiguousarray(r.reshape(-1, n)), np.ascontiguousarray(p.reshape(-1, n)),
+                                  entry.kind, entry.param, out)
     return out.reshape(p.shape[:-1])[()]  # a scalar for one row
 
 
@@ -194,7 +195,7 @@ class RatioIndex:
         self.p, self.q = p, q
         self._arrays = build_index(p, q)
         self.base = float(self._arrays[7])
-        self._traces: dict[tuple[int, float], np.ndarray] = {}
+        self._traces: dict[Divergence, np.ndarray] = {}
 
     @property
     def tv(self) -> float:
@@ -202,10 +203,9 @@ class RatioIndex:
         return 1.0 - self.base
 
     def _trace(self, entry: Divergence) -> np.ndarray:
-        key = (entry.kind, entry.param)
-        if key not in self._traces:
-            self._traces[key] = kernels.frontier_trace(*self._arrays[:7], entry.kind, entry.param)
-        return self._traces[key]
+        if entry not in self._traces:
+            self._traces[entry] = entry.kernels.frontier_trace(*self._arrays[:7], entry.kind, entry.param)
+        return self._traces[entry]
 
     def _resume(self, entry: Divergence, trace: np.ndarray, eps: float) -> tuple[np.ndarray, bool, int]:
         """The walk's final state at ``eps``, resumed from the last breakpoint below it.
@@ -214,7 +214,7 @@ class RatioIndex:
         """
         row = max(int(np.searchsorted(trace[:, D], eps, side="right")) - 1, 0)
         state = trace[row].copy()
-        binding, _, steps = walk(*self._arrays[:7], entry.kind, entry.param, eps, state, np.empty((0, STATE_SIZE)))
+        binding, _, steps = entry.kernels.walk(*self._arrays[:7], entry.kind, entry.param, eps, state, np.empty((0, STATE_SIZE)))
         return state, binding, steps
 
     def frontier(self, divergence: str | Divergence = "kl") -> Frontier:
@@ -237,7 +237,7 @@ class RatioIndex:
         state, binding, _ = self._resume(entry, self._trace(entry), budget)
         r = np.empty_like(self.p)
         fields = np.empty((1, len(kernels.FIELDS)), np.float64)
-        kernels.finish(self._arrays[6], self.base, entry.kind, entry.param, budget, state, binding, self.p, self.q, r, fields[0])
+        entry.kernels.finish(self._arrays[6], self.base, entry.kind, entry.param, budget, state, binding, self.p, self.q, r, fields[0])
         return _result(r, fields, ())
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 from mdverify.api import _solver, _workspace
-from mdverify.core.verify import verify_rows
 from mdverify.divergences import Divergence
 from mdverify.divergences import divergence as lookup
 from mdverify.validate import as_budgets, as_distributions
@@ -75,7 +74,7 @@ def verify(target_probs, draft_probs, draft_token_ids, eps, divergence: str | Di
     out = np.empty((rows, positions + 1), np.int64)
     accepted = np.empty(rows, np.int64)
     solver = _solver(method, n)
-    verify_rows(target, draft, tokens, budgets, entry.kind, entry.param, solver, np.ascontiguousarray(u), out,
+    entry.kernels.verify_rows(target, draft, tokens, budgets, entry.kind, entry.param, solver, np.ascontiguousarray(u), out,
                 accepted, _workspace(solver, rows, n))
     return out, accepted
 

@@ -51,7 +51,8 @@ def test_report_quick_writes_sections_and_plots(tmp_path):
     assert text.count("\n## ") == 7
     assert "Commit:" in text and "Machine:" in text
     assert "select / numpy sort" in text and (tmp_path / "bench.json").exists()
-    for png in ("frontiers.png", "truncation.png", "scaling.png", "beating.png", "tv_geometry.png", "ngram.png"):
+    for png in ("frontiers.png", "truncation.png", "scaling.png", "beating.png", "tv_geometry.png", "ngram.png",
+                "rules.png", "small_budgets.png"):
         assert (tmp_path / png).stat().st_size > 10_000
 
 

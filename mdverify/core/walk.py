@@ -18,7 +18,7 @@ rows of a trace and any later budget resumed from the nearest row (the O(log n) 
 
 import numpy as np
 
-from mdverify.core._fgen import f_prime_at_one, f_tilde, f_tilde_prime, f_tilde_prime_at_inf
+from mdverify.core._fgen import f_prime_at_one, f_tilde, f_tilde_prime, f_tilde_prime_at_inf, segment_root
 from mdverify.core.jit import kernel
 
 # Walk state layout.
@@ -69,12 +69,29 @@ def solve_segment(eps, length, d0, kind, alpha, f_low, p_low, a0, a_min, f_high,
     step from the right end and a secant step from the bracket both stay on their side of
     the root; a bisection step is taken whenever they fail to halve the bracket (this also
     covers D(length) = inf). The left end is returned, so the result is always feasible.
+    Where sympy solved the segment equation in closed form (tv, pearson) the bracket starts
+    at that root, and a Newton step from its left end (which convexity puts past the root)
+    closes it; the iteration then only polishes the rounding of the closed form.
     """
     lo = 0.0
     g_lo = d0 - eps
     hi = length
     value, s_hi, _, _, _ = segment_point(hi, kind, alpha, f_low, p_low, a0, a_min, f_high, p_high, b0, b_max, fpinf, fill0)
     g_hi = value - eps
+    if p_high > 0.0:
+        x = segment_root(kind, alpha, eps - f_low - f_high, p_low, 1.0 - a0, p_high, b0 - 1.0)
+        for _ in range(2):  # the closed-form root, then a Newton step from its left
+            if not lo < x < hi:
+                break
+            value, slope, _, _, _ = segment_point(x, kind, alpha, f_low, p_low, a0, a_min, f_high, p_high, b0, b_max, fpinf, fill0)
+            if value - eps > 0.0:
+                hi = x
+                g_hi = value - eps
+                s_hi = slope
+                break
+            lo = x
+            g_lo = value - eps
+            x = lo - g_lo / slope if slope > 0.0 else hi
     for _ in range(2000):
         width = hi - lo
         if g_lo >= 0.0 or width <= 4e-16 * hi:

@@ -6,18 +6,33 @@ from mdverify.divergences.registry import Divergence, lookup, names
 
 
 def divergence(spec) -> Divergence:
-    """Return the registry entry for a name, or pass a :class:`Divergence` through.
+    """The registry entry for a name, a user-defined generator, or a :class:`Divergence` as is.
+
+    A string that is not a registered name is read as a generator f(t) in ``t``, such as
+    ``"(t-1)*log(t)"``: it must satisfy f(1) = 0 and be convex on (0, inf) (see
+    ``mdverify.symbolic.user``); sympy derives its kernels on first use, once per expression.
 
     Raises
     ------
     ValueError
-        For an unknown name; the message lists the valid ones.
+        For an unknown name (the message lists the valid ones), or a generator that fails a
+        test (the message names the test).
+
+    Examples
+    --------
+    >>> import mdverify as md
+    >>> md.divergence("(t-1)*log(t)").f_prime_at_inf
+    inf
     """
     if isinstance(spec, Divergence):
         return spec
     if not isinstance(spec, str):
-        raise ValueError(f"divergence must be a name or md.alpha(a), got {type(spec).__name__}")
-    return lookup(spec)
+        raise ValueError(f"divergence must be a name, md.alpha(a) or an expression in t, got {type(spec).__name__}")
+    if spec in names() or spec.strip().isidentifier():
+        return lookup(spec)
+    from mdverify.divergences.custom import user_divergence
+
+    return user_divergence(spec)
 
 
 __all__ = ["Divergence", "alpha", "divergence", "names"]

@@ -33,6 +33,8 @@ class Divergence:
         Which generated kernel evaluates f; an implementation detail of the core.
     param : float
         Family parameter (the alpha of the alpha family), else 0.
+    generated : str or None
+        For a user-defined generator, the path of its generated kernel module.
     """
 
     name: str
@@ -40,6 +42,7 @@ class Divergence:
     formula: str
     kind: int
     param: float = 0.0
+    generated: str | None = None
     _symbolic: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -60,20 +63,34 @@ class Divergence:
             self._symbolic["derived"] = derive(self.f)
         return self._symbolic["derived"]
 
+    @property
+    def kernels(self):
+        """The numba kernels that evaluate this divergence (``mdverify.core.rebind.Kernels``)."""
+        if self.generated is None:
+            from mdverify.core.rebind import STANDARD
+
+            return STANDARD
+        from mdverify.divergences.custom import kernels
+
+        return kernels(self.generated)
+
     # Numeric limits, from the generated kernels: no sympy at run time.
     @property
     def f_at_zero(self) -> float:
         """:math:`f(0) = \\lim_{t \\to 0^+} f(t)`, possibly inf."""
-        from mdverify.core import _fgen
-
-        return float(_fgen.f_tilde_at_zero(self.kind, self.param) - _fgen.f_prime_at_one(self.kind, self.param))
+        k = self.kernels
+        return float(k.f_tilde_at_zero(self.kind, self.param) - k.f_prime_at_one(self.kind, self.param))
 
     @property
     def f_prime_at_inf(self) -> float:
         """:math:`f'(\\infty) = \\lim_{t \\to \\infty} f(t) / t`, possibly inf."""
-        from mdverify.core import _fgen
+        k = self.kernels
+        return float(k.f_tilde_prime_at_inf(self.kind, self.param) + k.f_prime_at_one(self.kind, self.param))
 
-        return float(_fgen.f_tilde_prime_at_inf(self.kind, self.param) + _fgen.f_prime_at_one(self.kind, self.param))
+    @property
+    def f_second_at_one(self) -> float:
+        """:math:`f''(1)`; nan where f is not twice differentiable at 1 (tv)."""
+        return float(self.kernels.f_second_at_one(self.kind, self.param))
 
     def value(self, r, p) -> np.ndarray:
         """:math:`D_f(r \\| p)` over the last axis.
@@ -127,5 +144,6 @@ def lookup(name: str) -> Divergence:
     except KeyError:
         valid = ", ".join(names())
         raise ValueError(
-            f"unknown divergence {name!r}; valid names are: {valid}, or md.alpha(a)"
+            f"unknown divergence {name!r}; valid names are: {valid}, md.alpha(a), "
+            "or a generator expression in t such as '(t-1)*log(t)'"
         ) from None

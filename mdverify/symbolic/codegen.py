@@ -55,17 +55,20 @@ def _code(expr: sp.Expr) -> str:
 # the naive one can overflow long before the value does (neyman's f'(t) as
 # (t**2 - 1)/t**2 is nan at t = 1e200). Each branch is evaluated only on (0, 1] in its own
 # variable (t below 1, u = 1/t above), so a form is accepted when, on a log grid of that
-# interval down to 1e-300 plus points approaching 1, it is finite wherever the 50-digit
-# value is finite and below 1e300, and within a relative 1e-9 of it. The first accepted
+# interval down to 1e-300 plus points approaching the series interval around 1 (below), it
+# is finite wherever the 50-digit value is finite and below 1e300, and within a relative
+# 1e-9 of it. The first accepted
 # candidate, in the order sympy's own form, cancelled, then rewritten, is printed; the
 # loose threshold keeps the choice independent of last-ulp differences between libms.
 #
-# Within NEAR_ONE of t = 1 every closed form of a log cancels (t log t - t + 1 is 0 in
-# float64 at t = 1 - 2e-9), so smooth generators are evaluated there by their Taylor
-# polynomial of degree SERIES_DEGREE, whose truncation error is below 1e-18 relative.
-NEAR_ONE = 1e-3
-SERIES_DEGREE = 8
-_GRID = [10.0 ** (-e) for e in range(0, 301, 5)] + [1.0 - 10.0 ** (-e) for e in range(1, 4)]
+# Near t = 1 every closed form cancels (t log t - t + 1 is 0 in float64 at t = 1 - 2e-9;
+# at |t - 1| = w its relative error is about 1e-16 / w^2), so within NEAR_ONE of 1 smooth
+# generators are evaluated by their Taylor polynomial of degree SERIES_DEGREE, checked to be
+# within 1e-14 of the function at that distance; outside it the closed forms lose at most
+# about 1e-13 (tests/test_codegen.py measures both against 50-digit values).
+NEAR_ONE = 0.05
+SERIES_DEGREE = 16
+_GRID = [10.0 ** (-e) for e in range(0, 301, 5)] + [1.0 - NEAR_ONE * 2.0**k for k in range(4)]
 _FAMILY_PARAMS = (-1.5, 0.3, 0.5, 2.5)
 
 
@@ -78,6 +81,7 @@ def _candidates(expr: sp.Expr, var: sp.Symbol) -> list[sp.Expr]:
     out.append(sp.powsimp(sp.expand(numerator), force=True) / denominator)
     out.append(sp.simplify(expr))
     out.append(sp.expand(sp.expand_log(sp.expand(expr), force=True)))
+    out.append(sp.factor(expr))
     return out
 
 
@@ -95,7 +99,9 @@ def _accurate(candidate: sp.Expr, exact: sp.Expr, var: sp.Symbol) -> bool:
                 if not mpmath.isfinite(truth) or abs(truth) > 1e300:
                     continue
                 got = float(fast(np.float64(x), np.float64(value)))
-                if not np.isfinite(got) or abs(got - float(truth)) > 1e-9 * abs(float(truth)):
+                # A zero (at t = 1) comes out of 50-digit arithmetic as a few 1e-50 at most.
+                tolerance = 1e-9 * abs(float(truth)) if abs(truth) > 1e-30 else 1e-14
+                if not np.isfinite(got) or abs(got - float(truth)) > tolerance:
                     return False
     return True
 
@@ -138,11 +144,26 @@ def _dispatch(fn: str, args: str, doc: str, bodies: list[tuple[str, str]]) -> st
 
 
 def near_one_series(expr: sp.Expr) -> sp.Expr | None:
-    """Taylor polynomial of ``expr`` about t = 1 in w = t - 1, in Horner form; None at a kink."""
+    """Taylor polynomial of ``expr`` about t = 1 in w = t - 1, in Horner form; None at a kink.
+
+    Raises ValueError when the polynomial is not within 1e-14 relative of ``expr`` (at 50
+    digits) at the edges of its interval, as for a generator whose series converges slowly.
+    """
+    import mpmath
+
     if expr.has(sp.Abs, sp.sign):
         return None
     w = sp.Symbol("w")
     series = sp.series(expr.subs(t, 1 + w), w, 0, SERIES_DEGREE + 1).removeO()
+    params = _FAMILY_PARAMS if expr.has(derive_a) else (0.0,)
+    exact = sp.lambdify((t, derive_a), expr, modules="mpmath")
+    approx = sp.lambdify((w, derive_a), series, modules="mpmath")
+    with mpmath.workdps(50):
+        for value in params:
+            for x in (-NEAR_ONE, -NEAR_ONE / 3, NEAR_ONE / 3, NEAR_ONE):
+                truth = exact(1 + mpmath.mpf(x), mpmath.mpf(value))
+                if abs(approx(mpmath.mpf(x), mpmath.mpf(value)) - truth) > 1e-14 * abs(truth):
+                    raise ValueError(f"the degree-{SERIES_DEGREE} series of {expr} about t = 1 is not accurate at t = 1 + {x}")
     return sp.horner(sp.expand(sp.simplify(series)), wrt=w)
 
 
@@ -150,16 +171,17 @@ def _dispatch_t(fn: str, doc: str, at_zero: str, near, low, high, scale: str) ->
     """A function of t: its limit at 0, a series near 1, the direct form on (0, 1], the conjugate form above."""
     lines = ["@kernel", f"def {fn}(kind, a, t):", f'    """{doc}"""']
     lines += ["    if t == 0.0:", f"        return {at_zero}(kind, a)"]
-    lines += ["    w = t - 1.0", f"    if abs(w) < {NEAR_ONE!r}:"]
-    lines += ["    " + line for line in _branches(near, skip_missing=True)]
+    series = _branches(near, skip_missing=True)
+    if series:  # none where every generator has a kink at 1
+        lines += ["    w = t - 1.0", f"    if abs(w) < {NEAR_ONE!r}:"] + ["    " + line for line in series]
     lines += ["    if t <= 1.0:"]
     lines += ["    " + line for line in _branches(low)]
     lines += ["    u = 1.0 / t"] + _branches(high, scale) + ["    return math.nan", "", ""]
     return "\n".join(lines)
 
 
-def generate_source() -> str:
-    families = _families()
+def module_source(families: list[tuple[str, str]], header: str = HEADER) -> str:
+    """The generated module for ``families``, (name, generator text) in kind order."""
     derived: list[tuple[str, Derivation]] = [(name, derive(parse_generator(text))) for name, text in families]
 
     def bodies(attr: str, var: sp.Symbol | None = None, transform=None) -> list[tuple[str, str]]:
@@ -173,7 +195,7 @@ def generate_source() -> str:
             out.append((name, "math.nan" if value is None else _code(value)))
         return out
 
-    parts = [HEADER]
+    parts = [header]
     parts.append("KINDS = (" + ", ".join(repr(name) for name, _ in families) + ",)\n\n\n")
     parts.append(_dispatch("f_prime_at_one", "kind, a", "f'(1), the subgradient 0 where f has a kink at 1.", bodies("f_prime_at_one")))
     parts.append(_dispatch("f_second_at_one", "kind, a", "f''(1); nan where f is not twice differentiable at 1.", bodies("f_second_at_one")))
@@ -190,7 +212,48 @@ def generate_source() -> str:
         "f_tilde_prime_at_zero", bodies("f_tilde_prime", transform=near_one_series),
         bodies("f_tilde_prime", t), bodies("f_tilde_prime_star", u), scale="",
     ))
+    parts.append(_segment_root(derived))
     return "".join(parts).rstrip() + "\n"
+
+
+def _segment_root(derived: list[tuple[str, Derivation]]) -> str:
+    """The closed-form solve of the segment equation, for the kinds sympy solved; nan otherwise."""
+    lines = ["@kernel", "def segment_root(kind, a, e, p_low, da, p_high, db):"]
+    lines += ['    """The largest real delta with p_low f~(1 - da - delta/p_low) + p_high f~(1 + db + delta/p_high) = e.',
+              "", "    Closed forms from sympy (SPEC C5); nan for the kinds without one, or no real root.", '    """']
+    for kind, (name, d) in enumerate(derived):
+        if d.segment_roots is None:
+            continue
+        lines += [f"    if kind == {kind}:  # {name}", "        best = -math.inf"]
+        for root in d.segment_roots:
+            lines += [f"        root = float({_code(root)})", "        if root > best:", "            best = root"]
+        lines += ["        return best if best > -math.inf else math.nan"]
+    return "\n".join(lines + ["    return math.nan", "", ""])
+
+
+def generate_source() -> str:
+    """The text of ``core/_fgen.py``: every registered generator, in kind order."""
+    return module_source(_families())
+
+
+USER_HEADER = '''\
+"""Numba kernels for the user-defined generator f(t) = {text}, as kind 0.
+
+GENERATED by ``mdverify.symbolic.codegen.generator_source`` from the sympy derivation of
+that generator; the same functions as ``mdverify.core._fgen``, which the rebound kernel
+stack (``mdverify.core.rebind``) calls in their place.
+"""
+
+import math
+
+from mdverify.core.jit import kernel
+
+'''
+
+
+def generator_source(expression: str) -> str:
+    """The generated module of one user-defined generator (sympy text in t), as kind 0."""
+    return module_source([(expression, expression)], USER_HEADER.format(text=expression))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,13 @@ t = sp.Symbol("t", positive=True)
 a = sp.Symbol("a", real=True)
 #: The reciprocal ratio 1/t, the variable of the conjugate generator (used for t > 1).
 u = sp.Symbol("u", positive=True)
+#: The per-segment equation of SPEC C5: the mass ``delta`` moved inside a segment, the budget
+#: ``e`` left for the clipped tokens, their masses, and the clip levels at the segment start
+#: as distances from 1, a0 = 1 - da and b0 = 1 + db (exact in float64, and free of the
+#: cancellation the levels themselves would bring into a closed form).
+delta = sp.Symbol("delta", real=True)
+e, p_low, p_high = sp.symbols("e p_low p_high", positive=True)
+da, db = sp.symbols("da db", nonnegative=True)
 
 
 def parse_generator(text: str) -> sp.Expr:
@@ -45,6 +52,10 @@ class Derivation:
     f_conjugate: sp.Expr  # t f(1/t), the generator of the reversed divergence D_f(p || r)
     f_tilde_star: sp.Expr  # u f~(1/u): f~(t) = t f~*(1/t), evaluated for t > 1 without overflow
     f_tilde_prime_star: sp.Expr  # f~'(t) = f~*(u) - u f~*'(u) at u = 1/t
+    segment: sp.Expr  # p_low f~(1 - da - delta/p_low) + p_high f~(1 + db + delta/p_high): D less the unclipped terms
+    segment_slope: sp.Expr  # dD/d delta = f~'(b) - f~'(a)
+    segment_curvature: sp.Expr  # d2D/d delta2 = f~''(a)/p_low + f~''(b)/p_high
+    segment_roots: tuple | None  # closed-form solutions of segment = e, where sympy finds them
 
     @property
     def f_at_zero(self) -> sp.Expr:
@@ -87,6 +98,23 @@ def _tidy(expr: sp.Expr, var: sp.Symbol) -> sp.Expr:
     return sp.cancel(expr) if expr.is_rational_function(var) else expr
 
 
+def _segment(f_tilde: sp.Expr) -> tuple[sp.Expr, sp.Expr, sp.Expr, tuple | None]:
+    """The segment equation of SPEC C5 with a < 1 < b, its derivatives, and its closed form.
+
+    A closed form is kept where the equation is a polynomial of degree 1 or 2 in delta (tv,
+    pearson): every real root is kept, and the solver uses the largest, the only one where
+    the increasing D crosses the budget from below.
+    """
+    below, above = sp.refine(f_tilde, sp.Q.lt(t, 1)), sp.refine(f_tilde, sp.Q.gt(t, 1))
+    value = p_low * below.subs(t, 1 - da - delta / p_low) + p_high * above.subs(t, 1 + db + delta / p_high)
+    slope = sp.diff(value, delta)
+    roots = None
+    equation = sp.expand(value - e)
+    if equation.is_polynomial(delta) and 1 <= sp.degree(equation, delta) <= 2:
+        roots = tuple(sp.factor(root) for root in sp.solve(equation, delta))
+    return value, slope, sp.diff(slope, delta), roots
+
+
 def derive(f: sp.Expr) -> Derivation:
     """Derive the quantities of SPEC section 2 from the generator ``f``."""
     f_prime = sp.diff(f, t)
@@ -104,6 +132,7 @@ def derive(f: sp.Expr) -> Derivation:
     else:
         second_at_one = sp.simplify(second.subs(t, 1))
     f_tilde_star = _tidy(u * f_tilde.subs(t, 1 / u), u)
+    segment, segment_slope, segment_curvature, segment_roots = _segment(f_tilde)
     return Derivation(
         f=f,
         f_prime=f_prime,
@@ -117,4 +146,8 @@ def derive(f: sp.Expr) -> Derivation:
         f_conjugate=_tidy(t * f.subs(t, 1 / t), t),
         f_tilde_star=f_tilde_star,
         f_tilde_prime_star=_tidy(f_tilde_star - u * sp.diff(f_tilde_star, u), u),
+        segment=segment,
+        segment_slope=segment_slope,
+        segment_curvature=segment_curvature,
+        segment_roots=segment_roots,
     )

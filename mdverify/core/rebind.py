@@ -1,0 +1,85 @@
+"""The kernel stack compiled again against another generated module (user-defined f).
+
+Registered divergences share ``core._fgen``, whose functions branch on ``kind``. A
+user-defined generator gets a module of its own with the same functions (written by
+``symbolic.codegen.generator_source``); every kernel that reaches those functions, directly
+or through other kernels, is compiled once more from its own code with the names rebound.
+Nothing is copied by hand, so the user's f runs exactly the algorithms the registered ones
+run. The rebound kernels are not cached on disk (numba's cache keys on the source file,
+which they share with the originals); they live for the process.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import NamedTuple
+
+from numba import njit
+
+from mdverify.core import _fgen, jit
+from mdverify.core.mentor import divergence_rows, finish, frontier_trace, mentor_rows
+from mdverify.core.verify import verify_rows
+from mdverify.core.walk import walk
+
+#: The functions a generated module provides, each taking (kind, a, ...).
+GENERATED = (
+    "f_prime_at_one", "f_second_at_one", "f_tilde_at_zero", "f_tilde_prime_at_zero",
+    "f_tilde_prime_at_inf", "f_tilde", "f_tilde_prime", "segment_root",
+)
+
+
+class Kernels(NamedTuple):
+    """The entry points the Python API calls, for one generated module."""
+
+    mentor_rows: object
+    divergence_rows: object
+    frontier_trace: object
+    walk: object
+    finish: object
+    verify_rows: object
+    f_tilde_at_zero: object
+    f_prime_at_one: object
+    f_tilde_prime_at_inf: object
+    f_second_at_one: object
+
+
+def _referenced(dispatcher) -> list[object]:
+    fn = dispatcher.py_func
+    return [fn.__globals__[name] for name in fn.__code__.co_names if name in fn.__globals__]
+
+
+def rebind(module) -> Kernels:
+    """The API's kernels compiled against ``module``'s generated functions (lazily, per signature)."""
+    swap = {id(getattr(_fgen, name)): getattr(module, name) for name in GENERATED}
+    stack = [(d, parallel) for d, parallel in jit.KERNELS if "KINDS" not in d.py_func.__globals__]
+    # Every kernel that reaches a generated function, through any chain of calls (a kernel may
+    # call one defined after it, so iterate to the fixed point before compiling anything).
+    affected = set(swap)
+    while True:
+        more = {id(d) for d, _ in stack if any(id(g) in affected for g in _referenced(d))} - affected
+        if not more:
+            break
+        affected |= more
+    scopes = []
+    for dispatcher, parallel in stack:
+        if id(dispatcher) in affected:
+            fn = dispatcher.py_func
+            # A name of its own: numba links compiled functions by symbol, and a clone that shared
+            # the original's module and qualified name would be called in its place.
+            scope = dict(fn.__globals__, __name__=f"{fn.__module__}.{module.__name__}")
+            clone = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+            clone.__qualname__ = fn.__qualname__
+            swap[id(dispatcher)] = njit(**jit.options(parallel, cache=False))(clone)
+            scopes.append(scope)
+    for scope in scopes:  # numba reads the globals when it first compiles, after this
+        for name, value in scope.items():
+            if id(value) in swap:
+                scope[name] = swap[id(value)]
+    return Kernels(*(swap.get(id(k), k) for k in STANDARD))
+
+
+#: The kernels of the registered divergences (``core._fgen``).
+STANDARD = Kernels(
+    mentor_rows, divergence_rows, frontier_trace, walk, finish, verify_rows,
+    _fgen.f_tilde_at_zero, _fgen.f_prime_at_one, _fgen.f_tilde_prime_at_inf, _fgen.f_second_at_one,
+)
