@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     solve.add_argument("--target", required=True, help="target probabilities p (.npy, .npz or text), shape (..., n)")
     solve.add_argument("--draft", required=True, help="drafter probabilities q, same shape")
     solve.add_argument("--eps", required=True, type=float, help="budget, >= 0")
-    solve.add_argument("--divergence", default="kl", help="registry name or alpha(a) (default: kl)")
+    solve.add_argument("--divergence", default="kl",
+                       help="registry name, alpha(a), or a generator in t such as '(t-1)*log(t)' (default: kl)")
     solve.add_argument("--out", help="write r here (.npy) instead of printing it")
     solve.set_defaults(run=_solve)
 

@@ -25,7 +25,7 @@ moved mass is p (s - key), with s = +1 (low) or -1 (high).
 import numpy as np
 
 from mdverify.core._fgen import f_tilde, f_tilde_prime_at_inf
-from mdverify.core.index import split_sides
+from mdverify.core.index import heavy_tokens, split_sides
 from mdverify.core.jit import kernel
 from mdverify.core.walk import A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, segment_point, solve_segment
 
@@ -227,12 +227,14 @@ def select_walk(p, q, eps, kind, alpha, work):
     ``work`` is a float64 workspace of shape (4, >= n), overwritten. Returns
     (state, binding, q0, base) with the state layout of ``core.walk``.
     """
-    sampled = p.size >= SAMPLE_FROM
-    # work[2] is scratch for the search; until then it collects the heavy tokens' indices.
-    split = split_sides(p, q, work[0], work[1], work[2], 1.0 / SAMPLE_SIZE if sampled else np.inf)
     low_first = high_first = np.nan
-    if sampled:
-        low_first, high_first = _sample_pivots(p, q, eps, kind, alpha, work[2], split[6])
+    if p.size >= SAMPLE_FROM:
+        # work[2] is scratch for the search; until then it holds the heavy tokens' indices.
+        n_heavy = heavy_tokens(p, q, 1.0 / SAMPLE_SIZE, work[2])
+        low_first, high_first = _sample_pivots(p, q, eps, kind, alpha, work[2], n_heavy)
+    # The split also does the low side's first partition, around its first pivot.
+    pivot = np.inf if np.isnan(low_first) else low_first
+    split = split_sides(p, q, work[0], work[1], pivot, work[2], work[3])
     return _search(work, split, eps, kind, alpha, low_first, high_first)
 
 
@@ -267,7 +269,7 @@ def _sample_pivots(p, q, eps, kind, alpha, heavy, n_heavy):
     ps = ps[:m]
     qs = qs[:m]
     sample_work = np.empty((4, m), np.float64)
-    split = split_sides(ps, qs, sample_work[0], sample_work[1], sample_work[2], np.inf)
+    split = split_sides(ps, qs, sample_work[0], sample_work[1], np.inf, sample_work[2], sample_work[3])
     state, _, _, _ = _search(sample_work, split, eps, kind, alpha, np.nan, np.nan)
     keys = qs / ps
     low = np.sort(keys[qs < ps])
@@ -288,9 +290,11 @@ def _near_threshold(sorted_keys, t):
 @kernel
 def _search(work, split, eps, kind, alpha, low_first, high_first):
     """``select_walk`` on rows already split into ``work`` (``split`` is what ``split_sides``
-    returned), with optional first pivots (nan: none) for the low and high sides."""
+    returned, the low side partitioned around ``low_first`` when that is not nan), with
+    optional first pivots (nan: none) for the low and high sides."""
     size = work.shape[1]
-    n_low, n_high, q0, base, capacity_low, capacity_high, _ = split
+    n_low, n_high, q0, base, capacity_low, capacity_high, n_spill, p_left0, p_right0, moved_right0 = split
+    low_partitioned = not np.isnan(low_first)  # until the low side is next rearranged
     scratch = work[2:]
     low_key = work[0, :n_low]
     low_p = work[1, :n_low]
@@ -322,7 +326,11 @@ def _search(work, split, eps, kind, alpha, low_first, high_first):
             v = first[side]
             first[side] = np.nan
         # Keys <= v count as clipped at v, the others as released (the same D and m).
-        i, p_left, p_right, moved_right = _partition(key, pp, position[LO], position[HI], v, s, False, scratch)
+        if side == 0 and low_partitioned:
+            i, p_left, p_right, moved_right = n_low - n_spill, p_left0, p_right0, moved_right0
+        else:
+            i, p_left, p_right, moved_right = _partition(key, pp, position[LO], position[HI], v, s, False, scratch)
+        low_partitioned = False  # this step or the other side's location moves the low tokens
         m_v = side_sums[M_REL] + moved_right + (s - v) * (side_sums[P_CLIP] + p_left)
         if m_v > m_max:
             _settle(position, side_sums, False, i, p_left, 0.0, v, False, 0.0)
