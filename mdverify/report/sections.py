@@ -339,6 +339,9 @@ def divergence_table(out_dir: Path, quick: bool, rng) -> str:
     from mdverify.symbolic.derive import derive, parse_generator
     from mdverify.theory.small_budgets import BUDGETS, small_budget_fit
 
+    def cell(expr) -> str:  # sympy text with the table's column separator escaped (Piecewise's "or")
+        return sp.sstr(expr).replace("|", "\\|")
+
     P, Q = llm_rows(1000 if quick else 4000, 2 if quick else 8, seed=606)
     members = [md.divergence(name) for name in md.names()] + [md.alpha(0.3)]
     fig, ax = plt.subplots(figsize=(8, 5))
@@ -354,7 +357,8 @@ def divergence_table(out_dir: Path, quick: bool, rng) -> str:
                       f"{np.median([fit.acceptance_slope for fit in fits]):.2f}"]
             ax.loglog(BUDGETS, np.median([fit.acceptance_error for fit in fits], axis=0), label=entry.name, **_style(i))
         name = "alpha(a)" if entry.name.startswith("alpha") else entry.name
-        rows.append([name, f"`{sp.sstr(d.f)}`", sp.sstr(d.f_at_zero), sp.sstr(d.f_prime_at_inf), second, solve, *slopes])
+        inverse = "-" if d.f_prime_inverse is None else f"`{cell(d.f_prime_inverse)}`"
+        rows.append([name, f"`{cell(d.f)}`", cell(d.f_at_zero), cell(d.f_prime_at_inf), second, inverse, solve, *slopes])
     ax.loglog(BUDGETS, BUDGETS / BUDGETS[0] * ax.get_ylim()[0] * 3, "k:", label="slope 1")
     _save(fig, ax, out_dir / "small_budgets.png", "eps", "|A_f(eps) - A_pearson(2 eps / f''(1))|",
           "C6: pearson at 2 eps / f''(1) approximates every f")
@@ -369,6 +373,7 @@ def divergence_table(out_dir: Path, quick: bool, rng) -> str:
         "mean a wrong f''(1)), and of the acceptance error of the pearson optimum at eps' = 2 eps / f''(1) "
         f"against eps over {BUDGETS[0]:.0e}..{BUDGETS[-1]:.0e} (1 expected, while the gain itself grows like "
         "sqrt(eps)).\n\n"
-        + _table(["name", "f(t)", "f(0)", "f'(inf)", "f''(1)", "segment solve", "C6 expansion slope", "C6 acceptance slope"], rows)
+        + _table(["name", "f(t)", "f(0)", "f'(inf)", "f''(1)", "(f')^-1(y)", "segment solve", "C6 expansion slope",
+                  "C6 acceptance slope"], rows)
         + "\n\n![small budgets](small_budgets.png)"
     )

@@ -20,6 +20,8 @@ import sympy as sp
 t = sp.Symbol("t", positive=True)
 #: The alpha family parameter.
 a = sp.Symbol("a", real=True)
+#: The value of f', the variable of its inverse.
+y = sp.Symbol("y", real=True)
 #: The reciprocal ratio 1/t, the variable of the conjugate generator (used for t > 1).
 u = sp.Symbol("u", positive=True)
 #: The per-segment equation of SPEC C5: the mass ``delta`` moved inside a segment, the budget
@@ -56,6 +58,30 @@ class Derivation:
     segment_slope: sp.Expr  # dD/d delta = f~'(b) - f~'(a)
     segment_curvature: sp.Expr  # d2D/d delta2 = f~''(a)/p_low + f~''(b)/p_high
     segment_roots: tuple | None  # closed-form solutions of segment = e, where sympy finds them
+
+    @property
+    def f_prime_inverse(self) -> sp.Expr | None:
+        """(f')^{-1}(y) in the symbol ``y``, where sympy solves f'(t) = y; None otherwise (tv).
+
+        Of several solutions the one that returns t at t = 1/2 and t = 2 is kept (the others
+        are the negative roots of a square, say), checked at a = 3/10 and 5/2 for the family.
+        """
+        if self.f.has(sp.Abs):
+            return None
+        try:
+            solutions = sp.solve(sp.Eq(self.f_prime, y), t)
+        except NotImplementedError:
+            return None
+        params = (sp.Rational(3, 10), sp.Rational(5, 2)) if self.f.has(a) else (0,)
+
+        def inverts(solution, x, value) -> bool:
+            back = solution.subs({a: value, y: self.f_prime.subs({a: value, t: x})})
+            return abs(complex(sp.N(back)) - float(x)) < 1e-12
+
+        for solution in solutions:
+            if all(inverts(solution, x, value) for x in (sp.Rational(1, 2), sp.Integer(2)) for value in params):
+                return solution
+        return None
 
     @property
     def f_at_zero(self) -> sp.Expr:
