@@ -74,8 +74,8 @@ def verify(target_probs, draft_probs, draft_token_ids, eps, divergence: str | Di
     out = np.empty((rows, positions + 1), np.int64)
     accepted = np.empty(rows, np.int64)
     solver = _solver(method, n)
-    entry.kernels.verify_rows(target, draft, tokens, budgets, entry.kind, entry.param, solver, np.ascontiguousarray(u), out,
-                accepted, _workspace(solver, rows, n))
+    entry.kernels.verify_rows(target, draft, tokens, budgets, entry.kind, entry.param, solver, np.ascontiguousarray(u),
+                              out, accepted, _workspace(solver, rows, n))
     return out, accepted
 
 

@@ -124,8 +124,9 @@ def peer_comparison(n: int = REFERENCE_N, seed: int = 1) -> list[dict]:
     """The peer's true divergence and acceptance beside mdverify's exact optimum.
 
     Its budgets are the benchmark's EPS, which its stop rule may never reach, and two values
-    it can reach on this row (its own measure at alpha = 0.9 and 0.3); ours is solved for reverse_kl (KL(p || r), the direction of its measure)
-    at that budget, and again at the peer's true reverse_kl, where it must do at least as well.
+    it can reach on this row (its own measure at alpha = 0.9 and 0.3); ours is solved for
+    reverse_kl (KL(p || r), the direction of its measure) at that budget, and again at the
+    peer's true reverse_kl, where it must do at least as well.
     """
     from mdverify.bench.peer import _budget_value
 

@@ -89,6 +89,15 @@ def mentor_row_select(p, q, eps, kind, alpha, r, out, work):
 SORTED, SELECT = 0, 1
 
 
+@kernel
+def mentor_row_by(method, p, q, eps, kind, alpha, r, out, work):
+    """``mentor_row_select`` when ``method`` is SELECT, else ``mentor_row`` (which ignores ``work``)."""
+    if method == SELECT:
+        mentor_row_select(p, q, eps, kind, alpha, r, out, work)
+    else:
+        mentor_row(p, q, eps, kind, alpha, r, out)
+
+
 @kernel(parallel=True)
 def mentor_rows(P, Q, eps, kind, alpha, method, R, out, work):
     """The optimum of every row of 2-d P, Q (shape (B, n)) in parallel; out has shape (B, 7).
@@ -102,10 +111,7 @@ def mentor_rows(P, Q, eps, kind, alpha, method, R, out, work):
     chunks = work.shape[0]
     for c in prange(chunks):
         for i in range(c * rows // chunks, (c + 1) * rows // chunks):
-            if method == SELECT:
-                mentor_row_select(P[i], Q[i], eps[i], kind, alpha, R[i], out[i], work[c])
-            else:
-                mentor_row(P[i], Q[i], eps[i], kind, alpha, R[i], out[i])
+            mentor_row_by(method, P[i], Q[i], eps[i], kind, alpha, R[i], out[i], work[c])
 
 
 @kernel

@@ -15,7 +15,7 @@ import numpy as np
 from numba import prange
 
 from mdverify.core.jit import kernel
-from mdverify.core.mentor import FIELDS, SELECT, mentor_row, mentor_row_select
+from mdverify.core.mentor import FIELDS, mentor_row_by
 
 
 @kernel
@@ -52,10 +52,7 @@ def verify_row(target, draft, tokens, eps, kind, alpha, method, uniforms, out_to
         if x < 0:  # the draft ended early: the bonus comes from the target at this position
             out_tokens[j] = draw(target[j], uniforms[j, 1])
             return j
-        if method == SELECT:
-            mentor_row_select(target[j], draft[j], eps, kind, alpha, r, fields, work)
-        else:
-            mentor_row(target[j], draft[j], eps, kind, alpha, r, fields)
+        mentor_row_by(method, target[j], draft[j], eps, kind, alpha, r, fields, work)
         qx = np.float64(draft[j, x])
         if uniforms[j, 0] * qx < r[x]:  # accept with probability min(1, r(x) / q(x))
             out_tokens[j] = x

@@ -22,14 +22,19 @@ def _style(i: int) -> dict:
 
 
 def _save(fig, ax, path: Path, xlabel: str, ylabel: str, title: str) -> None:
-    import matplotlib.pyplot as plt
-
     ax.set_xscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=8, ncol=2)
     ax.grid(alpha=0.3)
+    _write(fig, path)
+
+
+def _write(fig, path: Path) -> None:
+    """Lay out, save as PNG and close a figure."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -146,9 +151,7 @@ def _rules_under_frontiers(index, p, q, path: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0, 0].legend(fontsize=7)
     fig.suptitle("Relaxed rules (points) under the mentored frontier (line), one LLM-like row")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _write(fig, path)
 
 
 def beating_the_target(out_dir: Path, quick: bool, rng) -> str:
@@ -193,9 +196,7 @@ def beating_the_target(out_dir: Path, quick: bool, rng) -> str:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7, ncol=2)
     fig.suptitle(f"Does the mentored output beat the target? Synthetic truths, n = {n}, {rows} rows")
-    fig.tight_layout()
-    fig.savefig(out_dir / "beating.png", dpi=120)
-    plt.close(fig)
+    _write(fig, out_dir / "beating.png")
     s_star = segment_threshold(P, Q, md.mentor(P, Q, 0.05, "kl").r)
     return (
         "With h = log(r / p), KL(truth || r) = KL(truth || p) - E_truth[h] exactly (C7, checked in "
@@ -288,9 +289,7 @@ def tv_geometry(out_dir: Path, quick: bool, rng) -> str:
     ax.set_title(f"TV geometry: acceptance is a straight line in eps (n = {n})")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out_dir / "tv_geometry.png", dpi=120)
-    plt.close(fig)
+    _write(fig, out_dir / "tv_geometry.png")
     return (
         "For total variation the optimal acceptance is min(1 - TV + eps, 1): a straight line in eps that "
         "saturates at eps = TV(p, q). The optimal set is every r between p and q coordinatewise with "

@@ -13,6 +13,7 @@ returned as a ``Piecewise`` in ``a``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import sympy as sp
 
@@ -59,7 +60,7 @@ class Derivation:
     segment_curvature: sp.Expr  # d2D/d delta2 = f~''(a)/p_low + f~''(b)/p_high
     segment_roots: tuple | None  # closed-form solutions of segment = e, where sympy finds them
 
-    @property
+    @cached_property
     def f_prime_inverse(self) -> sp.Expr | None:
         """(f')^{-1}(y) in the symbol ``y``, where sympy solves f'(t) = y; None otherwise (tv).
 
