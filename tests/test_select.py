@@ -81,24 +81,3 @@ def test_long_rows_start_from_sampled_pivots(entry, truncate):
             ref = md.mentor(P, Q, eps, entry, method="sorted")
             np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=1e-12,
                                        err_msg=f"{entry.name}, {truncate}, {np.dtype(dtype).name}, eps={eps}")
-
-
-@pytest.mark.parametrize("label, p, q", [(label, P[0], Q[0]) for label, P, Q in families(3000, 1, seed=77)]
-                         + list(edge_rows()), ids=lambda x: x if isinstance(x, str) else "")
-def test_split_with_a_pivot_is_the_split_then_the_partition(label, p, q):
-    """split_sides around a pivot leaves the layout and sums of a plain split followed by select's partition."""
-    from mdverify.core.index import split_sides
-    from mdverify.core.select import _partition
-
-    n = p.size
-    for pivot in np.quantile(np.where(q < p, q / np.where(p > 0, p, 1.0), 0.0), [0.0, 0.3, 0.9]).tolist() + [-1.0]:
-        plain = np.zeros((4, n))
-        split = split_sides(p, q, plain[0], plain[1], np.inf, plain[2], plain[3])
-        n_low = split[0]
-        i, p_left, p_right, moved_right = _partition(plain[0], plain[1], 0, n_low, pivot, 1.0, False, plain[2:])
-        fused = np.zeros((4, n))
-        got = split_sides(p, q, fused[0], fused[1], pivot, fused[2], fused[3])
-        assert got[:6] == split[:6], label
-        assert (got[0] - got[6], got[7], got[8], got[9]) == (i, p_left, p_right, moved_right), label
-        np.testing.assert_array_equal(fused[:2, :n_low], plain[:2, :n_low])
-        np.testing.assert_array_equal(fused[:2, n - split[1]:], plain[:2, n - split[1]:])

@@ -51,7 +51,7 @@ def _referenced(dispatcher) -> list[object]:
 def rebind(module) -> Kernels:
     """The API's kernels compiled against ``module``'s generated functions (lazily, per signature)."""
     swap = {id(getattr(_fgen, name)): getattr(module, name) for name in GENERATED}
-    stack = [(d, parallel) for d, parallel in jit.KERNELS if "KINDS" not in d.py_func.__globals__]
+    stack = [(d, chosen) for d, chosen in jit.KERNELS if "KINDS" not in d.py_func.__globals__]
     # Every kernel that reaches a generated function, through any chain of calls (a kernel may
     # call one defined after it, so iterate to the fixed point before compiling anything).
     affected = set(swap)
@@ -61,7 +61,7 @@ def rebind(module) -> Kernels:
             break
         affected |= more
     scopes = []
-    for dispatcher, parallel in stack:
+    for dispatcher, chosen in stack:
         if id(dispatcher) in affected:
             fn = dispatcher.py_func
             # A name of its own: numba links compiled functions by symbol, and a clone that shared
@@ -69,7 +69,7 @@ def rebind(module) -> Kernels:
             scope = dict(fn.__globals__, __name__=f"{fn.__module__}.{module.__name__}")
             clone = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
             clone.__qualname__ = fn.__qualname__
-            swap[id(dispatcher)] = njit(**jit.options(parallel, cache=False))(clone)
+            swap[id(dispatcher)] = njit(**dict(chosen, cache=False))(clone)
             scopes.append(scope)
     for scope in scopes:  # numba reads the globals when it first compiles, after this
         for name, value in scope.items():

@@ -25,8 +25,9 @@ moved mass is p (s - key), with s = +1 (low) or -1 (high).
 import numpy as np
 
 from mdverify.core._fgen import f_tilde, f_tilde_prime_at_inf
-from mdverify.core.index import heavy_tokens, split_sides
+from mdverify.core.index import split_sides
 from mdverify.core.jit import kernel
+from mdverify.core.screen import flag_view, flagged, gather, inclusion, mark_sample, screen
 from mdverify.core.walk import A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, segment_point, solve_segment
 
 # Per-side bookkeeping. Arrays are laid out [clipped | undecided | released, not summed |
@@ -36,11 +37,15 @@ P_CLIP, M_REL, P_UNC, M_UNC, F_EXACT, CLIP_MAX, REL_MIN = range(7)
 
 #: Keys whose median is taken as pivot (3 for fewer than 64 times as many undecided tokens).
 PIVOT_SAMPLES = 31
-#: Rows at least this long start from pivots estimated on a sample of about SAMPLE_SIZE light
-#: tokens plus the heavy ones, SAMPLE_MARGIN sample ranks from the sample's thresholds.
+#: Rows at least this long are screened (``core.screen``) with bounds estimated on a sample of
+#: about 2 to 3 SAMPLE_SIZE tokens; first the bounds beyond which the sample stands for
+#: SAMPLE_REACH[0] row tokens, then, as long as they are not confirmed, the next ones.
 SAMPLE_FROM = 32768
 SAMPLE_SIZE = 1024
-SAMPLE_MARGIN = 8
+SAMPLE_REACH = (1024.0, 16384.0, np.inf)
+#: Largest difference of the two sides' capacities at which r = q is taken as the optimum
+#: (``_drafter_state``); r then differs from the optimum by at most that much mass.
+DRAFTER_BALANCE = 1e-14
 #: Relative margin by which a bound must clear eps to settle a decision without summing.
 _MARGIN = 1e-12
 #: Relative distance within which two moved masses summed in different orders are equal.
@@ -48,12 +53,23 @@ _ENDS = 1e-14
 
 
 @kernel
-def _new_side(n, s):
-    position = np.array([0, n, n], np.int64)
+def _settled(p_clipped, clip_max, moved_released, f_released, rel_min):
+    """Sums of one side with tokens settled before the search: a clipped group of p-mass
+    ``p_clipped`` whose keys lie below ``clip_max``, and a released group with moved mass
+    ``moved_released`` and sum of p f~ ``f_released`` whose keys lie above ``rel_min``."""
     sums = np.zeros(7, np.float64)
-    sums[CLIP_MAX] = -np.inf
-    sums[REL_MIN] = s  # ratio 1: with nothing released the threshold is a = 1 or b = 1
-    return position, sums
+    sums[P_CLIP] = p_clipped
+    sums[CLIP_MAX] = clip_max
+    sums[M_REL] = moved_released
+    sums[F_EXACT] = f_released
+    sums[REL_MIN] = rel_min
+    return sums
+
+
+@kernel
+def _nothing_settled():
+    """Both sides' sums before any token is settled: the thresholds start at ratio 1."""
+    return _settled(0.0, -np.inf, 0.0, 0.0, 1.0), _settled(0.0, -np.inf, 0.0, 0.0, -1.0)
 
 
 @kernel
@@ -225,76 +241,173 @@ def select_walk(p, q, eps, kind, alpha, work):
     """The final walk state of the optimum, found without sorting.
 
     ``work`` is a float64 workspace of shape (4, >= n), overwritten. Returns
-    (state, binding, q0, base) with the state layout of ``core.walk``.
+    (state, binding, q0, base) with the state layout of ``core.walk``. Long rows are first
+    screened with bounds from a sample; the full row is split and searched when the bounds
+    are not confirmed (or there are none).
     """
-    low_first = high_first = np.nan
     if p.size >= SAMPLE_FROM:
-        # work[2] is scratch for the search; until then it holds the heavy tokens' indices.
-        n_heavy = heavy_tokens(p, q, 1.0 / SAMPLE_SIZE, work[2])
-        low_first, high_first = _sample_pivots(p, q, eps, kind, alpha, work[2], n_heavy)
-    # The split also does the low side's first partition, around its first pivot.
-    pivot = np.inf if np.isnan(low_first) else low_first
-    split = split_sides(p, q, work[0], work[1], pivot, work[2], work[3])
-    return _search(work, split, eps, kind, alpha, low_first, high_first)
+        levels, sample_binding = _sample_bounds(p, q, eps, kind, alpha, work)
+        if not sample_binding:  # most often r = q: every token released
+            found, state, q0, base = _drafter_state(p, q, eps, kind, alpha)
+            if found:
+                return state, False, q0, base
+        known = np.array([0.0, 1.0, 1.0, np.inf])  # bounds proven so far
+        for level in range(levels.shape[0]):  # ever wider bounds, narrowed by what is proven
+            if known[0] > known[1] or known[2] > known[3]:  # only on ties: settle it on the full row
+                break
+            bounds = (max(levels[level, 0], known[0]), min(levels[level, 1], known[1]),
+                      max(levels[level, 2], known[2]), min(levels[level, 3], known[3]))
+            hits, state, binding, q0, base = screened_walk(p, q, eps, kind, alpha, work, bounds)
+            if not hits.any():
+                return state, binding, q0, base
+            if hits.sum() == 1:  # one bound held the optimum back: its threshold lies past it
+                which = np.argmax(hits)
+                known[which ^ 1] = bounds[which]
+    low, high = _nothing_settled()
+    return _search(work, split_sides(p, q, work[0], work[1]), low, high, eps, kind, alpha)
 
 
 @kernel
-def _sample_pivots(p, q, eps, kind, alpha, heavy, n_heavy):
-    """First pivots (keys) for both sides, from the optimum of a sample of the row.
+def screened_walk(p, q, eps, kind, alpha, work, bounds):
+    """``select_walk`` on the tokens ``core.screen`` leaves undecided between ``bounds`` =
+    (a_lo, a_hi, b_lo, b_hi); returns (hits, state, binding, q0, base).
 
-    The sample holds the heavy tokens (p or q above 1 / SAMPLE_SIZE, at most 2 SAMPLE_SIZE
-    of them: they carry most of the mass of LLM rows) with weight 1, and every stride-th
-    other token with weight stride. Each pivot is SAMPLE_MARGIN sample ranks from the
-    sample's threshold, on whichever side of it holds more of the sample: the first
-    decision on the full row then most likely settles that larger part at once (clipped
-    tokens for small budgets, released ones for large), the idea of Floyd and Rivest's
-    selection. A poor estimate costs speed, never exactness: every decision is made on the
-    full row.
+    ``hits`` tells which bounds the state's thresholds reached (a <= a_lo, a >= a_hi,
+    b <= b_lo, b >= b_hi), counting only those that settled a group. With no hit the result
+    is the optimum (see ``core.screen``). With one, the optimum's threshold lies at or past
+    that bound: the search went as far as the bound allowed while D, summed exactly over the
+    groups at the state, stayed within the budget (a_lo, b_hi), or could not start within it
+    (a_hi, b_lo). With two, only one of them need hold.
     """
-    stride = p.size // SAMPLE_SIZE
-    limit = min(n_heavy, 2 * SAMPLE_SIZE)
-    threshold = 1.0 / SAMPLE_SIZE
-    ps = np.empty(limit + SAMPLE_SIZE + 1, np.float64)
-    qs = np.empty(limit + SAMPLE_SIZE + 1, np.float64)
-    for j in range(limit):
-        i = np.int64(heavy[j])
-        ps[j] = p[i]
-        qs[j] = q[i]
-    m = limit
-    for i in range(0, p.size, stride):
-        if not (p[i] > threshold or q[i] > threshold) and m < ps.size:
-            ps[m] = np.float64(p[i]) * stride
-            qs[m] = np.float64(q[i]) * stride
-            m += 1
-    ps = ps[:m]
-    qs = qs[:m]
+    a_lo, a_hi, b_lo, b_hi = bounds
+    flags = flag_view(work[3], p.size)
+    (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, moved_released_low,
+     moved_released_high) = screen(p, q, bounds, flags)
+    n_low, n_high, f_released_low, f_released_high = gather(p, q, flags, kind, alpha, work[2].view(np.int64),
+                                                            work[0], work[1])
+    # Keys: rho on the low side, -rho on the high side (clipped below a_lo and -b_hi, released
+    # above a_hi and -b_lo).
+    low = _settled(p_clipped_low, a_lo if p_clipped_low > 0.0 else -np.inf, moved_released_low,
+                   f_released_low, a_hi if moved_released_low > 0.0 else 1.0)
+    high = _settled(p_clipped_high, -b_hi if p_clipped_high > 0.0 else -np.inf, moved_released_high,
+                    f_released_high, -b_lo if moved_released_high > 0.0 else -1.0)
+    split = (n_low, n_high, q0, base, capacity_low, capacity_high)
+    state, binding, q0, base = _search(work, split, low, high, eps, kind, alpha)
+    a, b = state[A], state[B]
+    hits = np.array([p_clipped_low > 0.0 and a <= a_lo, moved_released_low > 0.0 and a >= a_hi,
+                     moved_released_high > 0.0 and b <= b_lo, p_clipped_high > 0.0 and b >= b_hi])
+    return hits, state, binding, q0, base
+
+
+@kernel
+def _sample_bounds(p, q, eps, kind, alpha, work):
+    """Bounds (a_lo, a_hi, b_lo, b_hi) on the thresholds of the optimum, estimated on a sample
+    of the row, one row of bounds per entry of SAMPLE_REACH, and whether the budget binds
+    on the sample.
+
+    The sample (``screen.mark_sample``) weights each token it takes by the number of row
+    tokens it stands for, the inverse of its inclusion probability. Each bound is the
+    sample's ratio beyond which, counted from the sample's optimal threshold on its side,
+    the sample stands for the level's reach of row tokens (the idea of Floyd and Rivest's
+    selection); or the trivial bound (0, 1, 1, inf) where it stands for fewer. A poor
+    estimate costs speed, never exactness (see ``screened_walk``).
+    """
+    flags = flag_view(work[3], p.size)
+    mark_sample(p, q, SAMPLE_SIZE, flags)
+    taken = work[2].view(np.int64)
+    m = flagged(flags, p.size, taken)
+    tokens = np.empty(m, np.float64)
+    ps = np.empty(m, np.float64)
+    qs = np.empty(m, np.float64)
+    for j in range(m):
+        tokens[j] = 1.0 / inclusion(p, q, taken[j], SAMPLE_SIZE)
+        ps[j] = np.float64(p[taken[j]]) * tokens[j]
+        qs[j] = np.float64(q[taken[j]]) * tokens[j]
     sample_work = np.empty((4, m), np.float64)
-    split = split_sides(ps, qs, sample_work[0], sample_work[1], np.inf, sample_work[2], sample_work[3])
-    state, _, _, _ = _search(sample_work, split, eps, kind, alpha, np.nan, np.nan)
+    low, high = _nothing_settled()
+    state, binding, _, _ = _search(sample_work, split_sides(ps, qs, sample_work[0], sample_work[1]), low, high,
+                                   eps, kind, alpha)
     keys = qs / ps
-    low = np.sort(keys[qs < ps])
-    high = np.sort(-keys[(qs > ps) & (ps > 0.0) & (keys < np.inf)])
-    return _near_threshold(low, state[A]), _near_threshold(high, -state[B])
+    is_low = qs < ps
+    is_high = (qs > ps) & (keys < np.inf)
+    low = np.argsort(np.where(is_low, keys, np.inf))[: np.sum(is_low)]
+    high = np.argsort(np.where(is_high, keys, np.inf))[: np.sum(is_high)]
+    levels = np.empty((len(SAMPLE_REACH), 4), np.float64)
+    for level in range(len(SAMPLE_REACH)):
+        levels[level, :2] = _reach(keys[low], tokens[low], state[A], 0.0, 1.0, SAMPLE_REACH[level])
+        levels[level, 2:] = _reach(keys[high], tokens[high], state[B], 1.0, np.inf, SAMPLE_REACH[level])
+    return levels, binding
 
 
 @kernel
-def _near_threshold(sorted_keys, t):
-    """The key SAMPLE_MARGIN ranks from t on the more populous side of it (nan if too few)."""
-    split = np.searchsorted(sorted_keys, t)
-    if split >= sorted_keys.size - split:
-        return sorted_keys[split - SAMPLE_MARGIN] if split >= SAMPLE_MARGIN else np.nan
-    above = split + SAMPLE_MARGIN - 1
-    return sorted_keys[above] if above < sorted_keys.size else np.nan
+def _drafter_state(p, q, eps, kind, alpha):
+    """(found, state, q0, base) for r = q, which accepts every drafted token and so is optimal
+    when D_f(q || p) <= eps, and the walk's final state for it (every token released, a and
+    b at the extreme ratios, the budget not binding).
+
+    ``found`` also requires the sides' capacities to balance (up to DRAFTER_BALANCE): when q
+    and p sum to different totals (float32 rows), the optimum stops short of r = q on one side.
+    """
+    fpinf = f_tilde_prime_at_inf(kind, alpha)
+    value = base = capacity_low = capacity_high = q0 = 0.0
+    a = b = 1.0
+    for i in range(p.size):
+        pi = np.float64(p[i])
+        qi = np.float64(q[i])
+        rho = qi / pi
+        base += min(pi, qi)
+        if qi < pi:
+            capacity_low += pi * (1.0 - rho)
+            a = min(a, rho)
+        if rho == np.inf:
+            q0 += qi
+            value += qi * fpinf
+        elif qi != pi:
+            value += pi * f_tilde(kind, alpha, rho)
+            if qi > pi:
+                capacity_high += pi * (rho - 1.0)
+                b = max(b, rho)
+    state = np.zeros(STATE_SIZE, np.float64)
+    state[D] = value
+    state[M] = min(capacity_low, capacity_high + q0)
+    state[A] = a
+    state[B] = b
+    state[FILL] = q0
+    balanced = abs(capacity_low - capacity_high - q0) <= DRAFTER_BALANCE
+    # An infinite D means mass on p = 0 tokens, where the walk never moves it (f'(inf) = inf).
+    return value <= eps and value < np.inf and balanced, state, q0, base
 
 
 @kernel
-def _search(work, split, eps, kind, alpha, low_first, high_first):
-    """``select_walk`` on rows already split into ``work`` (``split`` is what ``split_sides``
-    returned, the low side partitioned around ``low_first`` when that is not nan), with
-    optional first pivots (nan: none) for the low and high sides."""
+def _reach(keys, tokens, t, floor, ceiling, reach):
+    """The keys nearest below and above ``t`` beyond which the sample tokens (sorted by key)
+    stand for ``reach`` row tokens on that side of t; ``floor`` and ``ceiling`` where they
+    stand for fewer."""
+    split = np.searchsorted(keys, t)  # keys[:split] < t <= keys[split:]
+    below = floor
+    count = 0.0
+    for j in range(split - 1, -1, -1):
+        count += tokens[j]
+        if count >= reach:
+            below = keys[j]
+            break
+    above = ceiling
+    count = 0.0
+    for j in range(split, keys.size):
+        count += tokens[j] if keys[j] > t else 0.0
+        if count >= reach:
+            above = keys[j]
+            break
+    return below, above
+
+
+@kernel
+def _search(work, split, low_sums, high_sums, eps, kind, alpha):
+    """``select_walk`` on rows already split into ``work``: ``split`` is what ``split_sides``
+    returns, ``low_sums`` and ``high_sums`` the sides' sums over the tokens settled before
+    the search (``_settled``), which the search updates."""
     size = work.shape[1]
-    n_low, n_high, q0, base, capacity_low, capacity_high, n_spill, p_left0, p_right0, moved_right0 = split
-    low_partitioned = not np.isnan(low_first)  # until the low side is next rearranged
+    n_low, n_high, q0, base, capacity_low, capacity_high = split
     scratch = work[2:]
     low_key = work[0, :n_low]
     low_p = work[1, :n_low]
@@ -303,15 +416,14 @@ def _search(work, split, eps, kind, alpha, low_first, high_first):
     keys = (low_key, high_key)
     ps = (low_p, high_p)
     signs = (1.0, -1.0)
-    low_position, low_sums = _new_side(n_low, 1.0)
-    high_position, high_sums = _new_side(n_high, -1.0)
+    low_position = np.array([0, n_low, n_low], np.int64)
+    high_position = np.array([0, n_high, n_high], np.int64)
     positions = (low_position, high_position)
     sums = (low_sums, high_sums)
     fpinf = f_tilde_prime_at_inf(kind, alpha)
     fill_open = q0 > 0.0 and fpinf < np.inf
     m_max = min(capacity_low, capacity_high + (q0 if fill_open else 0.0))
 
-    first = np.array([low_first, high_first])
     while True:
         undecided_low = low_position[HI] - low_position[LO]
         undecided_high = high_position[HI] - high_position[LO]
@@ -322,15 +434,8 @@ def _search(work, split, eps, kind, alpha, low_first, high_first):
         key, pp, position, side_sums, s = keys[side], ps[side], positions[side], sums[side], signs[side]
         okey, op, oposition, osums, os = keys[other], ps[other], positions[other], sums[other], signs[other]
         v = _pivot(key, position[LO], position[HI])
-        if not np.isnan(first[side]):
-            v = first[side]
-            first[side] = np.nan
         # Keys <= v count as clipped at v, the others as released (the same D and m).
-        if side == 0 and low_partitioned:
-            i, p_left, p_right, moved_right = n_low - n_spill, p_left0, p_right0, moved_right0
-        else:
-            i, p_left, p_right, moved_right = _partition(key, pp, position[LO], position[HI], v, s, False, scratch)
-        low_partitioned = False  # this step or the other side's location moves the low tokens
+        i, p_left, p_right, moved_right = _partition(key, pp, position[LO], position[HI], v, s, False, scratch)
         m_v = side_sums[M_REL] + moved_right + (s - v) * (side_sums[P_CLIP] + p_left)
         if m_v > m_max:
             _settle(position, side_sums, False, i, p_left, 0.0, v, False, 0.0)

@@ -1,0 +1,138 @@
+"""Screening a long row: most of its tokens settled by two cheap passes.
+
+At the optimum of an LLM row most tokens are clipped (at eps = 0.05 under KL, about 95% of
+a 131072-token row), and a token is clipped exactly when its ratio lies below a on the low
+side or above b on the high side. Given bounds a_lo <= a and b >= b_hi, estimated on a sample
+of the row, the screen pass settles every token outside [a_lo, b_hi] as clipped: it keeps
+only the masses of the two clipped groups, together with the row's totals (lossless
+acceptance, capacities, drafter mass on p = 0), and flags the other tokens. It stores one
+byte per token and otherwise only sums, so the compiler vectorises it (the sums are
+reassociated, which changes their rounding and nothing else). The gather pass then copies
+the flagged tokens, the only ones the search needs one by one, into the split layout of
+``index.split_sides``; it skips eight unflagged tokens at a time.
+
+The bounds are an estimate, so the solve on the screened row must confirm them: with the
+clipped groups held clipped, the search can only reach thresholds a >= a_lo and b <= b_hi,
+and its answer is the optimum of the row exactly when it lies strictly inside them (D is
+non-decreasing in the moved mass, so the budget's crossing point is the same one). An
+answer on a bound means the sample misled, and the caller solves the full row.
+"""
+
+import numpy as np
+
+from mdverify.core._fgen import f_tilde
+from mdverify.core.jit import kernel
+
+#: Flag values of the screen pass: settled as clipped (or neither low nor high), undecided,
+#: settled as released.
+SETTLED, KEPT_LOW, KEPT_HIGH, RELEASED_LOW, RELEASED_HIGH = range(5)
+
+
+@kernel
+def flag_view(workspace_row, n):
+    """The first n bytes of a float64 workspace row as flags, padded to whole 8-byte words."""
+    return workspace_row.view(np.uint8)[: 8 * ((n + 7) // 8)]
+
+
+@kernel
+def inclusion(p, q, i, size):
+    """Probability min(1, (max(p_i, q_i) + 1 / n) size) with which ``mark_sample`` takes token i."""
+    return min(1.0, (max(np.float64(p[i]), np.float64(q[i])) + 1.0 / p.size) * size)
+
+
+@kernel
+def mark_sample(p, q, size, flags):
+    """flags[i] = 1 for a sample that takes token i with probability ``inclusion``, else 0.
+
+    Half the sample goes in proportion to the mass max(p_i, q_i), so that sums of p or q over a
+    set of tokens, weighted by 1 / inclusion, vary little even where a few tokens carry most
+    of the mass; half uniformly, so that the sample also has ratios wherever the row has many
+    tokens. The uniforms are the Weyl sequence frac(i / golden ratio): the sample is
+    deterministic, evenly spread over positions, and its size close to its expectation,
+    sum_i inclusion_i <= 3 ``size``.
+    """
+    uniform = 1.0 / p.size
+    for i in range(p.size):
+        u = np.float64((np.uint64(i) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(11)) * 2.0 ** -53
+        flags[i] = u < (max(np.float64(p[i]), np.float64(q[i])) + uniform) * size
+
+
+@kernel
+def flagged(flags, n, positions):
+    """Write the positions i < n with a non-zero flag to ``positions`` (int64), in order;
+    return their count. Words of eight zero flags are skipped at once."""
+    words = flags.view(np.uint64)
+    count = 0
+    for w in range(words.size):
+        if words[w] != 0:
+            for i in range(8 * w, min(8 * w + 8, n)):
+                if flags[i] != 0:
+                    positions[count] = i
+                    count += 1
+    return count
+
+
+@kernel(reassociate=True)
+def screen(p, q, bounds, flags):
+    """Flag every token for the search; return (base, capacity_low, capacity_high, q0,
+    p_clipped_low, p_clipped_high, moved_released_low, moved_released_high).
+
+    ``bounds`` = (a_lo, a_hi, b_lo, b_hi) with a_lo <= a_hi < 1 < b_lo <= b_hi. A low token
+    (q < p) with ratio rho below a_lo, and a high one (q > p, rho finite) with rho above
+    b_hi, are settled as clipped; a low token with rho above a_hi, and a high one below b_lo,
+    as released (RELEASED_LOW, RELEASED_HIGH); the others are undecided (KEPT_LOW, KEPT_HIGH).
+    The totals are those of ``index.split_sides``; then come the p-mass of each clipped group
+    and the moved mass p |1 - rho| of each released one.
+    """
+    a_lo, a_hi, b_lo, b_hi = bounds
+    base = capacity_low = capacity_high = q0 = 0.0
+    p_clipped_low = p_clipped_high = moved_released_low = moved_released_high = 0.0
+    for i in range(p.size):
+        pi = np.float64(p[i])
+        qi = np.float64(q[i])
+        rho = qi / pi
+        low = qi < pi
+        high = (qi > pi) & (rho < np.inf)
+        released_low = low & (rho > a_hi)
+        released_high = high & (rho < b_lo)
+        base += min(pi, qi)
+        capacity_low += pi * (1.0 - rho) if low else 0.0
+        capacity_high += pi * (rho - 1.0) if high else 0.0
+        q0 += qi if rho == np.inf else 0.0  # p = 0 < q, or a p so small that q/p overflows
+        p_clipped_low += pi if low & (rho < a_lo) else 0.0
+        p_clipped_high += pi if high & (rho > b_hi) else 0.0
+        moved_released_low += pi * (1.0 - rho) if released_low else 0.0
+        moved_released_high += pi * (rho - 1.0) if released_high else 0.0
+        flags[i] = ((low & (rho >= a_lo)) * KEPT_LOW + (high & (rho <= b_hi)) * KEPT_HIGH
+                    + released_low * (RELEASED_LOW - KEPT_LOW) + released_high * (RELEASED_HIGH - KEPT_HIGH))
+    return (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, moved_released_low,
+            moved_released_high)
+
+
+@kernel
+def gather(p, q, flags, kind, alpha, positions, key, weight):
+    """Copy the undecided tokens into ``key`` and ``weight`` as ``index.split_sides`` lays a
+    row out (low keys rho from the front, high keys -rho from the back, each in row order),
+    and sum p f~(rho) over each released group; return (n_low, n_high, f_released_low,
+    f_released_high). ``positions`` is int64 scratch of length >= n."""
+    count = flagged(flags, p.size, positions)
+    top = key.size - 1
+    n_low = 0
+    n_high = 0
+    f_released = np.zeros(2, np.float64)
+    for j in range(count):
+        i = positions[j]
+        flag = flags[i]
+        pi = np.float64(p[i])
+        rho = np.float64(q[i]) / pi
+        if flag == KEPT_LOW:
+            key[n_low] = rho
+            weight[n_low] = pi
+            n_low += 1
+        elif flag == KEPT_HIGH:
+            key[top - n_high] = -rho
+            weight[top - n_high] = pi
+            n_high += 1
+        else:
+            f_released[flag - RELEASED_LOW] += pi * f_tilde(kind, alpha, rho)
+    return n_low, n_high, f_released[0], f_released[1]

@@ -1,0 +1,136 @@
+"""Screening long rows (core.screen): the passes, the sample, and the confirmation of bounds."""
+
+import numpy as np
+import pytest
+
+import mdverify as md
+from mdverify.core import screen, select
+from mdverify.core._fgen import f_tilde
+from mdverify.core.index import split_sides
+from mdverify.core.walk import M
+from mdverify.workloads import edge_rows, families, llm_rows
+
+KL = md.divergence("kl")
+
+
+def _rows():
+    yield from ((label, P[0], Q[0]) for label, P, Q in families(3000, 1, seed=31))
+    yield from edge_rows()
+    for dtype in (np.float64, np.float32):
+        P, Q = llm_rows(40000, 1, seed=4, truncate="both", dtype=dtype)
+        yield f"llm-{np.dtype(dtype).name}", P[0], Q[0]
+
+
+def _flags(p, q, bounds):
+    """The screen's classification, written out with numpy."""
+    a_lo, a_hi, b_lo, b_hi = bounds
+    p, q = p.astype(np.float64), q.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = q / p
+    low = q < p
+    high = (q > p) & (rho < np.inf)
+    flags = np.zeros(p.size, np.uint8)
+    flags[low & (rho >= a_lo)] = screen.KEPT_LOW
+    flags[high & (rho <= b_hi)] = screen.KEPT_HIGH
+    flags[low & (rho > a_hi)] = screen.RELEASED_LOW
+    flags[high & (rho < b_lo)] = screen.RELEASED_HIGH
+    return flags, rho, low, high
+
+
+@pytest.mark.parametrize("bounds", [(0.0, 1.0, 1.0, np.inf), (0.3, 0.8, 1.5, 4.0), (0.9, 0.9, 1.1, 1.1)])
+def test_screen_flags_and_sums(bounds):
+    for label, p, q in _rows():
+        work = np.zeros((4, p.size))
+        flags = screen.flag_view(work[3], p.size)
+        got = screen.screen(p, q, bounds, flags)
+        expected, rho, low, high = _flags(p, q, bounds)
+        np.testing.assert_array_equal(flags[: p.size], expected, err_msg=label)
+        # The totals are split_sides' (summed in another order).
+        totals = split_sides(p, q, np.empty(p.size), np.empty(p.size))
+        np.testing.assert_allclose(got[:4], [totals[3], totals[4], totals[5], totals[2]], rtol=1e-13, atol=1e-300,
+                                   err_msg=label)
+        p64 = p.astype(np.float64)
+        released_low, released_high = expected == screen.RELEASED_LOW, expected == screen.RELEASED_HIGH
+        sums = [p64[low & (rho < bounds[0])].sum(), p64[high & (rho > bounds[3])].sum(),
+                (p64[released_low] * (1 - rho[released_low])).sum(),
+                (p64[released_high] * (rho[released_high] - 1)).sum()]
+        np.testing.assert_allclose(got[4:], sums, rtol=1e-13, atol=1e-300, err_msg=label)
+
+
+def test_gather_lays_out_the_undecided_tokens_and_sums_the_released():
+    bounds = (0.4, 0.9, 1.2, 3.0)
+    for label, p, q in _rows():
+        n = p.size
+        work = np.zeros((4, n))
+        flags = screen.flag_view(work[3], n)
+        screen.screen(p, q, bounds, flags)
+        n_low, n_high, f_low, f_high = screen.gather(p, q, flags, KL.kind, KL.param, work[2].view(np.int64),
+                                                      work[0], work[1])
+        expected, rho, _, _ = _flags(p, q, bounds)
+        kept_low = np.flatnonzero(expected == screen.KEPT_LOW)
+        kept_high = np.flatnonzero(expected == screen.KEPT_HIGH)
+        assert (n_low, n_high) == (kept_low.size, kept_high.size), label
+        np.testing.assert_array_equal(work[0, :n_low], rho[kept_low])
+        np.testing.assert_array_equal(work[1, :n_low], p[kept_low].astype(np.float64))
+        np.testing.assert_array_equal(work[0, n - n_high:][::-1], -rho[kept_high])  # from the back, in row order
+        for flag, total in ((screen.RELEASED_LOW, f_low), (screen.RELEASED_HIGH, f_high)):
+            idx = np.flatnonzero(expected == flag)
+            exact = sum(float(p[i]) * f_tilde(KL.kind, KL.param, rho[i]) for i in idx)
+            np.testing.assert_allclose(total, exact, rtol=1e-13, atol=1e-300, err_msg=label)
+
+
+def test_sample_takes_tokens_by_mass_and_is_deterministic():
+    p, q = (x[0] for x in llm_rows(131072, 1, seed=3))
+    work = np.zeros((4, p.size))
+    flags = screen.flag_view(work[3], p.size)
+    screen.mark_sample(p, q, select.SAMPLE_SIZE, flags)
+    taken = flags[: p.size].astype(bool).copy()
+    screen.mark_sample(p, q, select.SAMPLE_SIZE, flags)
+    np.testing.assert_array_equal(flags[: p.size].astype(bool), taken)
+    inclusion = np.minimum(1.0, (np.maximum(p, q) + 1 / p.size) * select.SAMPLE_SIZE)
+    assert taken[inclusion == 1.0].all()
+    # Low-discrepancy uniforms: the size is close to its expectation.
+    assert abs(taken.sum() - inclusion.sum()) < 0.02 * inclusion.sum() + 10
+    positions = np.empty(p.size, np.int64)
+    count = screen.flagged(flags, p.size, positions)
+    np.testing.assert_array_equal(positions[:count], np.flatnonzero(taken))
+
+
+@pytest.mark.parametrize("eps", [1e-4, 0.05, 0.5])
+def test_bounds_are_confirmed_or_refused(eps):
+    """Bounds around the optimum are confirmed and give it; a bound that cuts it off is hit, and
+    a single hit proves the optimum's threshold lies at or past it (what select_walk relies on)."""
+    rng = np.random.default_rng(5)
+    P, Q = llm_rows(40000, 4, seed=9, truncate="top_p")
+    singles = 0
+    for p, q in zip(P, Q):
+        ref = md.mentor(p, q, eps, KL, method="sorted")
+        a, b = float(ref.a), float(ref.b)
+        work = np.zeros((4, p.size))
+        hits, state, _, _, base = select.screened_walk(p, q, eps, KL.kind, KL.param, work,
+                                                       (0.8 * a, min(1.0, a + 0.5 * (1 - a)), 1 + 0.5 * (b - 1), 1.5 * b))
+        assert not hits.any()
+        np.testing.assert_allclose(base + state[M], ref.acceptance, atol=1e-12)
+        for _ in range(12):
+            bounds = np.sort(rng.uniform(0, 1, 2)).tolist() + np.sort(1 + rng.exponential(b - 1 + 1e-3, 2)).tolist()
+            hits, *_ = select.screened_walk(p, q, eps, KL.kind, KL.param, work, tuple(bounds))
+            cut_off = [a < bounds[0], a > bounds[1], b < bounds[2], b > bounds[3]]
+            if not any(cut_off):
+                assert not hits.any(), bounds
+            if hits.sum() == 1:
+                singles += 1
+                which = int(np.argmax(hits))
+                past = [a <= bounds[0], a >= bounds[1], b <= bounds[2], b >= bounds[3]][which]
+                assert past, (which, bounds, a, b)
+    assert singles > 0
+
+
+def test_long_rows_of_every_family_match_sorted(entry):
+    """Screening on the regimes of families(), ties included, at a length where it is used."""
+    for label, P, Q in families(select.SAMPLE_FROM + 1000, 1, seed=12):
+        for eps in (1e-5, 0.05, 2.0):
+            ours = md.mentor(P, Q, eps, entry, method="select")
+            ref = md.mentor(P, Q, eps, entry, method="sorted")
+            where = f"{entry.name}, {label}, eps={eps}"
+            np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=1e-12, err_msg=where)
+            np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12, err_msg=where)
