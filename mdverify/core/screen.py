@@ -18,10 +18,14 @@ non-decreasing in the moved mass, so the budget's crossing point is the same one
 answer on a bound means the sample misled, and the caller solves the full row.
 """
 
+import sys
+
 import numpy as np
 
 from mdverify.core._fgen import f_tilde
 from mdverify.core.jit import kernel
+
+_LITTLE_ENDIAN = sys.byteorder == "little"
 
 #: Flag values of the screen pass: settled as clipped (or neither low nor high), undecided,
 #: settled as released.
@@ -48,7 +52,7 @@ def mark_sample(p, q, size, flags):
     set of tokens, weighted by 1 / inclusion, vary little even where a few tokens carry most
     of the mass; half uniformly, so that the sample also has ratios wherever the row has many
     tokens. The uniforms are the Weyl sequence frac(i / golden ratio): the sample is
-    deterministic, evenly spread over positions, and its size close to its expectation,
+    deterministic and evenly spread over positions; its expected size is
     sum_i inclusion_i <= 3 ``size``.
     """
     uniform = 1.0 / p.size
@@ -60,15 +64,34 @@ def mark_sample(p, q, size, flags):
 @kernel
 def flagged(flags, n, positions):
     """Write the positions i < n with a non-zero flag to ``positions`` (int64), in order;
-    return their count. Words of eight zero flags are skipped at once."""
+    return their count. The flags are read eight at a time, as one word, and only the
+    non-zero bytes of a word are visited."""
     words = flags.view(np.uint64)
     count = 0
     for w in range(words.size):
-        if words[w] != 0:
+        word = words[w]
+        if not _LITTLE_ENDIAN:  # byte j of the word is not its j-th least significant
             for i in range(8 * w, min(8 * w + 8, n)):
                 if flags[i] != 0:
                     positions[count] = i
                     count += 1
+            continue
+        if 8 * w + 8 > n:  # the padding of the last word may hold anything
+            word &= (np.uint64(1) << np.uint64(8 * (n - 8 * w))) - np.uint64(1)
+        while word != 0:
+            lowest = word & (~word + np.uint64(1))
+            byte = 0  # the byte holding the lowest set bit, by halving
+            if lowest > np.uint64(0xFFFFFFFF):
+                byte += 4
+                lowest >>= np.uint64(32)
+            if lowest > np.uint64(0xFFFF):
+                byte += 2
+                lowest >>= np.uint64(16)
+            if lowest > np.uint64(0xFF):
+                byte += 1
+            positions[count] = 8 * w + byte
+            count += 1
+            word &= ~(np.uint64(0xFF) << np.uint64(8 * byte))
     return count
 
 

@@ -35,14 +35,14 @@ from mdverify.core.walk import A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, segm
 LO, HI, END = range(3)
 P_CLIP, M_REL, P_UNC, M_UNC, F_EXACT, CLIP_MAX, REL_MIN = range(7)
 
-#: Keys whose median is taken as pivot (3 for fewer than 64 times as many undecided tokens).
+#: Keys whose median is taken as pivot (9 below 64 times as many undecided tokens, 3 below 128).
 PIVOT_SAMPLES = 31
 #: Rows at least this long are screened (``core.screen``) with bounds estimated on a sample of
 #: about 2 to 3 SAMPLE_SIZE tokens; first the bounds beyond which the sample stands for
 #: SAMPLE_REACH[0] row tokens, then, as long as they are not confirmed, the next ones.
 SAMPLE_FROM = 32768
-SAMPLE_SIZE = 1024
-SAMPLE_REACH = (1024.0, 16384.0, np.inf)
+SAMPLE_SIZE = 512
+SAMPLE_REACH = (512.0, 16384.0, np.inf)
 #: Largest difference of the two sides' capacities at which r = q is taken as the optimum
 #: (``_drafter_state``); r then differs from the optimum by at most that much mass.
 DRAFTER_BALANCE = 1e-14
@@ -83,7 +83,7 @@ def _mix(x):
 
 @kernel
 def _pivot(key, lo, hi):
-    """Median of PIVOT_SAMPLES (or 3) undecided keys at positions drawn by hashing (lo, hi).
+    """Median of PIVOT_SAMPLES (or 9, or 3) undecided keys at positions drawn by hashing (lo, hi).
 
     Token order often follows the ratios (vocabularies sorted by frequency), so fixed
     positions would give poor pivots; the hash makes the choice deterministic yet unrelated
@@ -91,7 +91,12 @@ def _pivot(key, lo, hi):
     """
     width = np.uint64(hi - lo)
     seed = np.uint64(lo) * np.uint64(0x100000001B3) + np.uint64(hi)
-    count = PIVOT_SAMPLES if hi - lo >= 64 * PIVOT_SAMPLES else 3
+    if hi - lo < 128:  # median of three, without an array
+        x = key[lo + np.int64(_mix(seed) % width)]
+        y = key[lo + np.int64(_mix(seed + np.uint64(1)) % width)]
+        z = key[lo + np.int64(_mix(seed + np.uint64(2)) % width)]
+        return max(min(x, y), min(max(x, y), z))
+    count = PIVOT_SAMPLES if hi - lo >= 64 * PIVOT_SAMPLES else 9
     picks = np.empty(count, np.float64)
     for j in range(count):
         picks[j] = key[lo + np.int64(_mix(seed + np.uint64(j)) % width)]
