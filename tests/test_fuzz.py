@@ -1,7 +1,7 @@
 """Hypothesis fuzz of the public API: any input either raises ValueError or gives a valid, nan-free result."""
 
 import numpy as np
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -56,3 +56,35 @@ def test_arbitrary_input_raises_value_error_or_succeeds(p, q, eps):
     except ValueError:
         return
     assert not np.isnan(res.acceptance).any()
+
+
+@st.composite
+def long_rows(draw):
+    """Rows long enough to be screened (select.SAMPLE_FROM): LLM-like, or a short pattern of
+    atoms repeated (ties, zeros and 1e-300 tails in bulk), with a random dtype."""
+    from mdverify.core.select import SAMPLE_FROM
+    from mdverify.workloads import llm_rows
+
+    n = SAMPLE_FROM + draw(st.integers(0, 5000))
+    dtype = draw(st.sampled_from([np.float64, np.float32]))
+    if draw(st.booleans()):
+        truncate = draw(st.sampled_from([None, "top_k", "top_p", "both"]))
+        P, Q = llm_rows(n, 1, seed=draw(st.integers(0, 10**6)), truncate=truncate, dtype=dtype)
+        return P[0], Q[0]
+    pattern = draw(hnp.arrays(np.float64, (2, draw(st.integers(2, 12))), elements=ATOMS))
+    pattern[:, 0] += 1.0  # no all-zero row
+    rows = np.resize(pattern, (2, n)) * np.random.default_rng(draw(st.integers(0, 10))).uniform(0.5, 1.5, (2, n)) ** draw(
+        st.sampled_from([0, 1]))  # exact repeats (ties), or jittered
+    rows /= rows.sum(-1, keepdims=True)
+    return rows[0].astype(dtype), rows[1].astype(dtype)
+
+
+@settings(max_examples=25)
+@given(long_rows(), st.sampled_from(divergence_suite()), st.sampled_from([0.0, 1e-6, 1e-3, 0.05, 0.5, 5.0, np.inf]))
+def test_screened_rows_match_sorted(pq, entry, eps):
+    p, q = pq
+    ours = md.mentor(p, q, eps, entry, method="select")
+    ref = md.mentor(p, q, eps, entry, method="sorted")
+    np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12 if p.dtype == np.float64 else 1e-6)
+    assert ours.divergence_value <= eps * (1 + 1e-9) + 1e-300

@@ -48,10 +48,12 @@ import mdverify as md
 from mdverify.workloads import llm_rows
 out = {}
 for dtype in (np.float64, np.float32):
-    p, q = llm_rows(3000, 64, seed=5, truncate="both", dtype=dtype)
-    for method in ("sorted", "select"):
-        res = md.mentor(p, q, np.geomspace(1e-4, 1.0, 64), "jensen_shannon", method=method)
-        out[f"{dtype.__name__}-{method}"] = [res.r.tobytes().hex(), res.lam.tobytes().hex(), res.acceptance.tobytes().hex()]
+    for n, rows in ((3000, 64), (40000, 8)):  # the second screened (select.SAMPLE_FROM)
+        p, q = llm_rows(n, rows, seed=5, truncate="both", dtype=dtype)
+        for method in ("sorted", "select"):
+            res = md.mentor(p, q, np.geomspace(1e-4, 1.0, rows), "jensen_shannon", method=method)
+            out[f"{dtype.__name__}-{n}-{method}"] = [res.r.tobytes().hex(), res.lam.tobytes().hex(),
+                                                   res.acceptance.tobytes().hex()]
 json.dump(out, sys.stdout)
 """
 
