@@ -17,6 +17,12 @@ bracket are the released tokens summed exactly, and those already settled are su
 The last segment, where both clipped sets are fixed, is solved by the walk's own
 ``solve_segment``.
 
+Long rows (SAMPLE_FROM tokens and more) are screened first (``core.screen``): a sample of the
+row bounds both thresholds, two vectorised passes settle every token outside the bounds as
+clipped or released, and the search runs on the few tokens between them, with the settled
+groups as its starting sums. An answer on a bound is not confirmed: the bound is widened and
+the row screened again, keeping what the refusal proved (``select_walk``).
+
 Tokens are held per side as (key, p) with key = rho on the low side and key = -rho on the
 high side, so that on both sides a token is released at threshold t iff key >= t and its
 moved mass is p (s - key), with s = +1 (low) or -1 (high).
@@ -247,8 +253,10 @@ def select_walk(p, q, eps, kind, alpha, work):
 
     ``work`` is a float64 workspace of shape (4, >= n), overwritten. Returns
     (state, binding, q0, base) with the state layout of ``core.walk``. Long rows are first
-    screened with bounds from a sample; the full row is split and searched when the bounds
-    are not confirmed (or there are none).
+    screened with bounds from a sample, at each level of SAMPLE_REACH in turn until the
+    bounds are confirmed (the last level bounds nothing the refusals did not prove); where the
+    budget does not bind on the sample, r = q is tried before that (``_drafter_state``). The
+    full row is split and searched when nothing is confirmed, which takes ties on a bound.
     """
     if p.size >= SAMPLE_FROM:
         levels, sample_binding = _sample_bounds(p, q, eps, kind, alpha, work)
