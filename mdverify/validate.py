@@ -43,7 +43,8 @@ def as_distributions(x, label: str) -> np.ndarray:
     if negative.any():
         row, col = np.argwhere(negative)[0]
         raise ValueError(f"{_row_name(label, batch_shape, row)} has a negative entry {rows[row, col]:.3g} at index {col}")
-    sums = rows.sum(axis=-1, dtype=np.float64)
+    with np.errstate(over="ignore"):  # entries near the float maximum: the sum is inf, refused below
+        sums = rows.sum(axis=-1, dtype=np.float64)
     tol = SUM_TOLERANCE[arr.dtype]
     off = np.abs(sums - 1.0) > tol
     if off.any():

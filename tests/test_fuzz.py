@@ -65,7 +65,7 @@ def long_rows(draw):
     from mdverify.core.select import SAMPLE_FROM
     from mdverify.workloads import llm_rows
 
-    n = SAMPLE_FROM + draw(st.integers(0, 5000))
+    n = SAMPLE_FROM * draw(st.sampled_from([1, 4, 20])) + draw(st.integers(0, 3000))
     dtype = draw(st.sampled_from([np.float64, np.float32]))
     if draw(st.booleans()):
         truncate = draw(st.sampled_from([None, "top_k", "top_p", "both"]))

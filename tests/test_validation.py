@@ -78,3 +78,8 @@ def test_ratio_index_rejects_batches_and_bad_budget():
 def test_divergence_value_checks_input():
     with pytest.raises(ValueError, match="r row 0 has a negative entry"):
         md.divergence("kl").value([[-0.5, 1.5]], [[0.5, 0.5]])
+
+
+def test_entries_whose_sum_overflows_are_refused():
+    with pytest.raises(ValueError, match="sums to inf"):
+        md.mentor(np.full(3, 6e307), np.full(3, 1 / 3), 0.1, "kl")

@@ -1,21 +1,24 @@
 """Screening a long row: most of its tokens settled by two cheap passes.
 
-At the optimum of an LLM row most tokens are clipped (at eps = 0.05 under KL, about 95% of
-a 131072-token row), and a token is clipped exactly when its ratio lies below a on the low
-side or above b on the high side. Given bounds a_lo <= a and b >= b_hi, estimated on a sample
-of the row, the screen pass settles every token outside [a_lo, b_hi] as clipped: it keeps
-only the masses of the two clipped groups, together with the row's totals (lossless
-acceptance, capacities, drafter mass on p = 0), and flags the other tokens. It stores one
-byte per token and otherwise only sums, so the compiler vectorises it (the sums are
-reassociated, which changes their rounding and nothing else). The gather pass then copies
-the flagged tokens, the only ones the search needs one by one, into the split layout of
-``index.split_sides``; it skips eight unflagged tokens at a time.
+At the optimum of an LLM row the thresholds a and b sit among few of its tokens: most are
+clipped (ratio below a on the low side, above b on the high side) or released (between a
+and b), about 95% clipped and 3% released on a 131072-token row at eps = 0.05 under KL.
+Given bounds a_lo <= a <= a_hi < 1 < b_lo <= b <= b_hi, estimated on a sample of the row,
+the screen pass settles every token outside them: it keeps the p-mass of each clipped group
+and the moved mass of each released one, together with the row's totals (lossless
+acceptance, capacities, drafter mass on p = 0), and flags the tokens. It stores one byte per
+token and otherwise only sums, so the compiler vectorises it (the sums are reassociated,
+which changes their rounding and nothing else). The gather pass then copies the undecided
+tokens, the only ones the search needs one by one, into the split layout of
+``index.split_sides``, and sums p f~(rho) over the released ones; it skips eight unflagged
+tokens at a time.
 
-The bounds are an estimate, so the solve on the screened row must confirm them: with the
-clipped groups held clipped, the search can only reach thresholds a >= a_lo and b <= b_hi,
-and its answer is the optimum of the row exactly when it lies strictly inside them (D is
-non-decreasing in the moved mass, so the budget's crossing point is the same one). An
-answer on a bound means the sample misled, and the caller solves the full row.
+The bounds are an estimate, so the solve on the screened row must confirm its answer: the
+search sums every group exactly, so its last segment is a true segment of the row's
+walk, and when the budget crosses inside it (or the segment ends at m_max, within the
+budget) that point is the row's optimum, D being non-decreasing in the moved mass. An
+answer that only ends where the settled groups let the walk go is not confirmed, and the
+caller widens the bounds (``select.select_walk``).
 """
 
 import sys

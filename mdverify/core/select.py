@@ -20,8 +20,9 @@ The last segment, where both clipped sets are fixed, is solved by the walk's own
 Long rows (SAMPLE_FROM tokens and more) are screened first (``core.screen``): a sample of the
 row bounds both thresholds, two vectorised passes settle every token outside the bounds as
 clipped or released, and the search runs on the few tokens between them, with the settled
-groups as its starting sums. An answer on a bound is not confirmed: the bound is widened and
-the row screened again, keeping what the refusal proved (``select_walk``).
+groups as its starting sums. An answer that is not the budget's crossing inside its last
+segment (or the end at m_max) is not confirmed: the bounds are widened and the row screened
+again (``select_walk``).
 
 Tokens are held per side as (key, p) with key = rho on the low side and key = -rho on the
 high side, so that on both sides a token is released at threshold t iff key >= t and its
@@ -31,7 +32,7 @@ moved mass is p (s - key), with s = +1 (low) or -1 (high).
 import numpy as np
 
 from mdverify.core._fgen import f_tilde, f_tilde_prime_at_inf
-from mdverify.core.index import split_sides
+from mdverify.core.index import add_compensated, split_sides
 from mdverify.core.jit import kernel
 from mdverify.core.screen import flag_view, flagged, gather, inclusion, mark_sample, screen
 from mdverify.core.walk import A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, segment_point, solve_segment
@@ -44,11 +45,13 @@ P_CLIP, M_REL, P_UNC, M_UNC, F_EXACT, CLIP_MAX, REL_MIN = range(7)
 #: Keys whose median is taken as pivot (9 below 64 times as many undecided tokens, 3 below 128).
 PIVOT_SAMPLES = 31
 #: Rows at least this long are screened (``core.screen``) with bounds estimated on a sample of
-#: about 2 to 3 SAMPLE_SIZE tokens; first the bounds beyond which the sample stands for
-#: SAMPLE_REACH[0] row tokens, then, as long as they are not confirmed, the next ones.
-SAMPLE_FROM = 32768
+#: about 2 to 3 times size = min(SAMPLE_SIZE, n / SAMPLE_SHARE) tokens; first the bounds beyond
+#: which the sample stands for SAMPLE_REACH[0] n / size row tokens, then, as long as they are
+#: not confirmed, the next ones.
+SAMPLE_FROM = 2048
 SAMPLE_SIZE = 512
-SAMPLE_REACH = (512.0, 16384.0, np.inf)
+SAMPLE_SHARE = 16
+SAMPLE_REACH = (2.0, 64.0, np.inf)
 #: Largest difference of the two sides' capacities at which r = q is taken as the optimum
 #: (``_drafter_state``); r then differs from the optimum by at most that much mass.
 DRAFTER_BALANCE = 1e-14
@@ -253,10 +256,10 @@ def select_walk(p, q, eps, kind, alpha, work):
 
     ``work`` is a float64 workspace of shape (4, >= n), overwritten. Returns
     (state, binding, q0, base) with the state layout of ``core.walk``. Long rows are first
-    screened with bounds from a sample, at each level of SAMPLE_REACH in turn until the
-    bounds are confirmed (the last level bounds nothing the refusals did not prove); where the
+    screened with bounds from a sample, at each level of SAMPLE_REACH in turn until a result
+    is confirmed (the last level bounds nothing but what the refusals suggest); where the
     budget does not bind on the sample, r = q is tried before that (``_drafter_state``). The
-    full row is split and searched when nothing is confirmed, which takes ties on a bound.
+    full row is split and searched when nothing is confirmed.
     """
     if p.size >= SAMPLE_FROM:
         levels, sample_binding = _sample_bounds(p, q, eps, kind, alpha, work)
@@ -264,33 +267,33 @@ def select_walk(p, q, eps, kind, alpha, work):
             found, state, q0, base = _drafter_state(p, q, eps, kind, alpha)
             if found:
                 return state, False, q0, base
-        known = np.array([0.0, 1.0, 1.0, np.inf])  # bounds proven so far
-        for level in range(levels.shape[0]):  # ever wider bounds, narrowed by what is proven
-            if known[0] > known[1] or known[2] > known[3]:  # only on ties: settle it on the full row
+        presumed = np.array([0.0, 1.0, 1.0, np.inf])  # what refusals suggest of the thresholds
+        for level in range(levels.shape[0]):  # ever wider bounds, narrowed by the refusals
+            if presumed[0] > presumed[1] or presumed[2] > presumed[3]:  # contradictory: solve the full row
                 break
-            bounds = (max(levels[level, 0], known[0]), min(levels[level, 1], known[1]),
-                      max(levels[level, 2], known[2]), min(levels[level, 3], known[3]))
-            hits, state, binding, q0, base = screened_walk(p, q, eps, kind, alpha, work, bounds)
-            if not hits.any():
+            bounds = (max(levels[level, 0], presumed[0]), min(levels[level, 1], presumed[1]),
+                      max(levels[level, 2], presumed[2]), min(levels[level, 3], presumed[3]))
+            confirmed, hits, state, binding, q0, base = screened_walk(p, q, eps, kind, alpha, work, bounds)
+            if confirmed:
                 return state, binding, q0, base
             if hits.sum() == 1:  # one bound held the optimum back: its threshold lies past it
                 which = np.argmax(hits)
-                known[which ^ 1] = bounds[which]
+                presumed[which ^ 1] = bounds[which]
     low, high = _nothing_settled()
-    return _search(work, split_sides(p, q, work[0], work[1]), low, high, eps, kind, alpha)
+    return _search(work, split_sides(p, q, work[0], work[1]), low, high, eps, kind, alpha)[:4]
 
 
 @kernel
 def screened_walk(p, q, eps, kind, alpha, work, bounds):
     """``select_walk`` on the tokens ``core.screen`` leaves undecided between ``bounds`` =
-    (a_lo, a_hi, b_lo, b_hi); returns (hits, state, binding, q0, base).
+    (a_lo, a_hi, b_lo, b_hi); returns (confirmed, hits, state, binding, q0, base).
 
-    ``hits`` tells which bounds the state's thresholds reached (a <= a_lo, a >= a_hi,
-    b <= b_lo, b >= b_hi), counting only those that settled a group. With no hit the result
-    is the optimum (see ``core.screen``). With one, the optimum's threshold lies at or past
-    that bound: the search went as far as the bound allowed while D, summed exactly over the
-    groups at the state, stayed within the budget (a_lo, b_hi), or could not start within it
-    (a_hi, b_lo). With two, only one of them need hold.
+    The result is the optimum when ``confirmed``: the state is the budget's crossing inside
+    the last segment, or the end at m_max, and within the budget. Both are facts about the
+    segment alone, whose sums are exact whatever the bounds: D is non-decreasing in the moved
+    mass, so that crossing (or end) is the row's. Otherwise ``hits`` tells which bounds the
+    thresholds reached (a <= a_lo, a >= a_hi, b <= b_lo, b >= b_hi, counting only those that
+    settled a group): with one, the optimum presumably lies past it.
     """
     a_lo, a_hi, b_lo, b_hi = bounds
     flags = flag_view(work[3], p.size)
@@ -305,11 +308,11 @@ def screened_walk(p, q, eps, kind, alpha, work, bounds):
     high = _settled(p_clipped_high, -b_hi if p_clipped_high > 0.0 else -np.inf, moved_released_high,
                     f_released_high, -b_lo if moved_released_high > 0.0 else -1.0)
     split = (n_low, n_high, q0, base, capacity_low, capacity_high)
-    state, binding, q0, base = _search(work, split, low, high, eps, kind, alpha)
+    state, binding, q0, base, stopped = _search(work, split, low, high, eps, kind, alpha)
     a, b = state[A], state[B]
     hits = np.array([p_clipped_low > 0.0 and a <= a_lo, moved_released_low > 0.0 and a >= a_hi,
                      moved_released_high > 0.0 and b <= b_lo, p_clipped_high > 0.0 and b >= b_hi])
-    return hits, state, binding, q0, base
+    return not stopped and state[D] <= eps, hits, state, binding, q0, base
 
 
 @kernel
@@ -326,19 +329,20 @@ def _sample_bounds(p, q, eps, kind, alpha, work):
     estimate costs speed, never exactness (see ``screened_walk``).
     """
     flags = flag_view(work[3], p.size)
-    mark_sample(p, q, SAMPLE_SIZE, flags)
+    size = min(SAMPLE_SIZE, p.size // SAMPLE_SHARE)
+    mark_sample(p, q, size, flags)
     taken = work[2].view(np.int64)
     m = flagged(flags, p.size, taken)
     tokens = np.empty(m, np.float64)
     ps = np.empty(m, np.float64)
     qs = np.empty(m, np.float64)
     for j in range(m):
-        tokens[j] = 1.0 / inclusion(p, q, taken[j], SAMPLE_SIZE)
+        tokens[j] = 1.0 / inclusion(p, q, taken[j], size)
         ps[j] = np.float64(p[taken[j]]) * tokens[j]
         qs[j] = np.float64(q[taken[j]]) * tokens[j]
     sample_work = np.empty((4, m), np.float64)
     low, high = _nothing_settled()
-    state, binding, _, _ = _search(sample_work, split_sides(ps, qs, sample_work[0], sample_work[1]), low, high,
+    state, binding, _, _, _ = _search(sample_work, split_sides(ps, qs, sample_work[0], sample_work[1]), low, high,
                                    eps, kind, alpha)
     keys = qs / ps
     is_low = qs < ps
@@ -347,8 +351,9 @@ def _sample_bounds(p, q, eps, kind, alpha, work):
     high = np.argsort(np.where(is_high, keys, np.inf))[: np.sum(is_high)]
     levels = np.empty((len(SAMPLE_REACH), 4), np.float64)
     for level in range(len(SAMPLE_REACH)):
-        levels[level, :2] = _reach(keys[low], tokens[low], state[A], 0.0, 1.0, SAMPLE_REACH[level])
-        levels[level, 2:] = _reach(keys[high], tokens[high], state[B], 1.0, np.inf, SAMPLE_REACH[level])
+        reach = SAMPLE_REACH[level] * p.size / size
+        levels[level, :2] = _reach(keys[low], tokens[low], state[A], 0.0, 1.0, reach)
+        levels[level, 2:] = _reach(keys[high], tokens[high], state[B], 1.0, np.inf, reach)
     return levels, binding
 
 
@@ -362,15 +367,16 @@ def _drafter_state(p, q, eps, kind, alpha):
     and p sum to different totals (float32 rows), the optimum stops short of r = q on one side.
     """
     fpinf = f_tilde_prime_at_inf(kind, alpha)
-    value = base = capacity_low = capacity_high = q0 = 0.0
+    value = base = base_c = capacity_low = capacity_low_c = capacity_high = q0 = 0.0
     a = b = 1.0
     for i in range(p.size):
         pi = np.float64(p[i])
         qi = np.float64(q[i])
         rho = qi / pi
-        base += min(pi, qi)
+        # Compensated: base + m is the acceptance, to be equal to the sorted walk's to the last bits.
+        base, base_c = add_compensated(base, base_c, min(pi, qi))
         if qi < pi:
-            capacity_low += pi * (1.0 - rho)
+            capacity_low, capacity_low_c = add_compensated(capacity_low, capacity_low_c, pi * (1.0 - rho))
             a = min(a, rho)
         if rho == np.inf:
             q0 += qi
@@ -380,6 +386,8 @@ def _drafter_state(p, q, eps, kind, alpha):
             if qi > pi:
                 capacity_high += pi * (rho - 1.0)
                 b = max(b, rho)
+    base += base_c
+    capacity_low += capacity_low_c
     state = np.zeros(STATE_SIZE, np.float64)
     state[D] = value
     state[M] = min(capacity_low, capacity_high + q0)
@@ -418,7 +426,13 @@ def _reach(keys, tokens, t, floor, ceiling, reach):
 def _search(work, split, low_sums, high_sums, eps, kind, alpha):
     """``select_walk`` on rows already split into ``work``: ``split`` is what ``split_sides``
     returns, ``low_sums`` and ``high_sums`` the sides' sums over the tokens settled before
-    the search (``_settled``), which the search updates."""
+    the search (``_settled``), which the search updates.
+
+    Returns (state, binding, q0, base, stopped): ``stopped`` when the state is not a crossing
+    of the budget inside the last segment nor the end at m_max, but where that segment ends
+    (or an empty one: its ends crossed), within the budget. The search's decisions make that
+    the optimum, but with tokens settled beforehand it may be only the end of their reach.
+    """
     size = work.shape[1]
     n_low, n_high, q0, base, capacity_low, capacity_high = split
     scratch = work[2:]
@@ -514,6 +528,9 @@ def _search(work, split, low_sums, high_sums, eps, kind, alpha):
         m_high_end = high_sums[M_REL] + (q0 if fill_open else 0.0)
     m_start = max(m_low_start, m_high_start, 0.0)
     m_end = min(m_low_end, m_high_end, m_max)
+    # m_max and the segment ends are sums in different orders: equal within rounding.
+    tolerance = _ENDS * m_max
+    stopped = m_end < m_start - tolerance
     if m_end < m_start:
         m_end = m_start
     a0 = a_top
@@ -549,9 +566,8 @@ def _search(work, split, low_sums, high_sums, eps, kind, alpha):
         if value <= eps:
             # The whole segment: end exactly on the breakpoint(s) that close it.
             delta = length
-            # m_max and the segment ends are sums in different orders: equal within rounding.
-            tolerance = _ENDS * m_max
             binding = m_end < m_max - tolerance
+            stopped = stopped or binding
             # Land exactly on the closing breakpoint(s) where that keeps D within the budget.
             a_end = a_min if m_end >= m_low_end - tolerance else a
             b_end = b_max if p_high > 0.0 and m_end >= m_high_end - tolerance else b
@@ -575,4 +591,6 @@ def _search(work, split, low_sums, high_sums, eps, kind, alpha):
     state[A] = a
     state[B] = b
     state[FILL] = fill
-    return state, binding, q0, base
+    if length <= 0.0 or p_low <= 0.0:
+        stopped = stopped or m_start < m_max - tolerance
+    return state, binding, q0, base, stopped
