@@ -81,7 +81,7 @@ def long_rows(draw):
 
 @settings(max_examples=25)
 @given(long_rows(), st.sampled_from(divergence_suite()), st.sampled_from([0.0, 1e-6, 1e-3, 0.05, 0.5, 5.0, np.inf]))
-def test_screened_rows_match_sorted(pq, entry, eps):
+def test_fuzzed_screened_rows_match_sorted(pq, entry, eps):
     p, q = pq
     ours = md.mentor(p, q, eps, entry, method="select")
     ref = md.mentor(p, q, eps, entry, method="sorted")

@@ -72,7 +72,7 @@ def test_bit_identical_at_any_thread_count(threads):
 
 
 @pytest.mark.parametrize("truncate", [None, "top_p", "both"])
-def test_long_rows_start_from_sampled_pivots(entry, truncate):
+def test_long_screened_rows_match_sorted(entry, truncate):
     from mdverify.core.select import SAMPLE_FROM
     from mdverify.workloads import llm_rows
 
