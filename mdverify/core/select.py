@@ -258,8 +258,8 @@ def select_walk(p, q, eps, kind, alpha, work):
     (state, binding, q0, base) with the state layout of ``core.walk``. Long rows are first
     screened with bounds from a sample, at each level of SAMPLE_REACH in turn until a result
     is confirmed (the last level bounds nothing but what the refusals suggest); where the
-    budget does not bind on the sample, r = q is tried before that (``_drafter_state``). The
-    full row is split and searched when nothing is confirmed.
+    budget does not bind on the sample, r = q is tried instead (``_drafter_state``), and the
+    full row is split and searched when it is not the optimum, as when nothing is confirmed.
     """
     if p.size >= SAMPLE_FROM:
         levels, sample_binding = _sample_bounds(p, q, eps, kind, alpha, work)
@@ -267,6 +267,7 @@ def select_walk(p, q, eps, kind, alpha, work):
             found, state, q0, base = _drafter_state(p, q, eps, kind, alpha)
             if found:
                 return state, False, q0, base
+            levels = levels[:0]  # bounds from a sample that misjudged the budget: the full row
         presumed = np.array([0.0, 1.0, 1.0, np.inf])  # what refusals suggest of the thresholds
         for level in range(levels.shape[0]):  # ever wider bounds, narrowed by the refusals
             if presumed[0] > presumed[1] or presumed[2] > presumed[3]:  # contradictory: solve the full row
