@@ -58,10 +58,9 @@ def mark_sample(p, q, size, flags):
     deterministic and evenly spread over positions; its expected size is
     sum_i inclusion_i <= 3 ``size``.
     """
-    uniform = 1.0 / p.size
     for i in range(p.size):
         u = np.float64((np.uint64(i) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(11)) * 2.0 ** -53
-        flags[i] = u < (max(np.float64(p[i]), np.float64(q[i])) + uniform) * size
+        flags[i] = u < inclusion(p, q, i, size)
 
 
 @kernel

@@ -263,25 +263,34 @@ def select_walk(p, q, eps, kind, alpha, work):
     """
     if p.size >= SAMPLE_FROM:
         levels, sample_binding = _sample_bounds(p, q, eps, kind, alpha, work)
-        if not sample_binding:  # most often r = q: every token released
+        if sample_binding:
+            found, state, binding, q0, base = _screen_by_levels(p, q, eps, kind, alpha, work, levels)
+        else:  # most often r = q, every token released; else the sample misjudged the budget
             found, state, q0, base = _drafter_state(p, q, eps, kind, alpha)
-            if found:
-                return state, False, q0, base
-            levels = levels[:0]  # bounds from a sample that misjudged the budget: the full row
-        presumed = np.array([0.0, 1.0, 1.0, np.inf])  # what refusals suggest of the thresholds
-        for level in range(levels.shape[0]):  # ever wider bounds, narrowed by the refusals
-            if presumed[0] > presumed[1] or presumed[2] > presumed[3]:  # contradictory: solve the full row
-                break
-            bounds = (max(levels[level, 0], presumed[0]), min(levels[level, 1], presumed[1]),
-                      max(levels[level, 2], presumed[2]), min(levels[level, 3], presumed[3]))
-            confirmed, hits, state, binding, q0, base = screened_walk(p, q, eps, kind, alpha, work, bounds)
-            if confirmed:
-                return state, binding, q0, base
-            if hits.sum() == 1:  # one bound held the optimum back: its threshold lies past it
-                which = np.argmax(hits)
-                presumed[which ^ 1] = bounds[which]
+            binding = False
+        if found:
+            return state, binding, q0, base
     low, high = _nothing_settled()
     return _search(work, split_sides(p, q, work[0], work[1]), low, high, eps, kind, alpha)[:4]
+
+
+@kernel
+def _screen_by_levels(p, q, eps, kind, alpha, work, levels):
+    """(found, state, binding, q0, base): ``screened_walk`` with the bounds of each level in
+    turn, narrowed by what the refusals before suggest, until a result is confirmed."""
+    presumed = np.array([0.0, 1.0, 1.0, np.inf])  # what refusals suggest of the thresholds
+    for level in range(levels.shape[0]):
+        if presumed[0] > presumed[1] or presumed[2] > presumed[3]:  # contradictory: give up
+            break
+        bounds = (max(levels[level, 0], presumed[0]), min(levels[level, 1], presumed[1]),
+                  max(levels[level, 2], presumed[2]), min(levels[level, 3], presumed[3]))
+        confirmed, hits, state, binding, q0, base = screened_walk(p, q, eps, kind, alpha, work, bounds)
+        if confirmed:
+            return True, state, binding, q0, base
+        if hits.sum() == 1:  # one bound held the optimum back: its threshold lies past it
+            which = np.argmax(hits)
+            presumed[which ^ 1] = bounds[which]
+    return False, state, binding, q0, base
 
 
 @kernel
