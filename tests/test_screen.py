@@ -21,20 +21,33 @@ def _rows():
         yield f"llm-{np.dtype(dtype).name}", P[0], Q[0]
 
 
-def _flags(p, q, bounds):
-    """The screen's classification, written out with numpy."""
-    a_lo, a_hi, b_lo, b_hi = bounds
+def _ratios(p, q):
     p, q = p.astype(np.float64), q.astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         rho = q / p
-    low = q < p
-    high = (q > p) & (rho < np.inf)
-    flags = np.zeros(p.size, np.uint8)
-    flags[low & (rho >= a_lo)] = screen.KEPT_LOW
-    flags[high & (rho <= b_hi)] = screen.KEPT_HIGH
-    flags[low & (rho > a_hi)] = screen.RELEASED_LOW
-    flags[high & (rho < b_lo)] = screen.RELEASED_HIGH
-    return flags, rho, low, high
+    return rho, q < p, (q > p) & (rho < np.inf)
+
+
+def _check_flags(flags, p, q, bounds):
+    """The screen's classification against the rounded ratios q/p: every settled token is on
+    the side of its bound that the ratio puts it, and every token farther than 1e-14
+    (relative) from the bounds is settled; low tokens are flagged as low, high as high."""
+    a_lo, a_hi, b_lo, b_hi = bounds
+    rho, low, high = _ratios(p, q)
+    flags = flags[: p.size]
+    on_low = np.isin(flags, (screen.KEPT_LOW, screen.RELEASED_LOW))
+    on_high = np.isin(flags, (screen.KEPT_HIGH, screen.RELEASED_HIGH))
+    settled = flags == screen.SETTLED
+    assert not (on_low & ~low).any() and not (on_high & ~high).any()
+    clipped_low, clipped_high = low & settled, high & settled
+    assert (rho[clipped_low] < a_lo).all() and (rho[clipped_high] > b_hi).all()
+    assert (rho[flags == screen.RELEASED_LOW] > a_hi).all() and (rho[flags == screen.RELEASED_HIGH] < b_lo).all()
+    band = 1e-14
+    assert clipped_low[low & (rho < a_lo * (1 - band))].all()
+    assert clipped_high[high & (rho > b_hi * (1 + band))].all()
+    assert (flags[low & (rho > a_hi * (1 + band))] == screen.RELEASED_LOW).all()
+    assert (flags[high & (rho < b_lo * (1 - band))] == screen.RELEASED_HIGH).all()
+    return rho, low, high
 
 
 @pytest.mark.parametrize("bounds", [(0.0, 1.0, 1.0, np.inf), (0.3, 0.8, 1.5, 4.0), (0.9, 0.9, 1.1, 1.1)])
@@ -43,18 +56,35 @@ def test_screen_flags_and_sums(bounds):
         work = np.zeros((4, p.size))
         flags = screen.flag_view(work[3], p.size)
         got = screen.screen(p, q, bounds, flags)
-        expected, rho, low, high = _flags(p, q, bounds)
-        np.testing.assert_array_equal(flags[: p.size], expected, err_msg=label)
+        rho, low, high = _check_flags(flags, p, q, bounds)
         # The totals are split_sides' (summed in another order).
         totals = split_sides(p, q, np.empty(p.size), np.empty(p.size))
         np.testing.assert_allclose(got[:4], [totals[3], totals[4], totals[5], totals[2]], rtol=1e-13, atol=1e-300,
                                    err_msg=label)
         p64 = p.astype(np.float64)
-        released_low, released_high = expected == screen.RELEASED_LOW, expected == screen.RELEASED_HIGH
-        sums = [p64[low & (rho < bounds[0])].sum(), p64[high & (rho > bounds[3])].sum(),
+        settled = flags[: p.size] == screen.SETTLED
+        released_low = flags[: p.size] == screen.RELEASED_LOW
+        released_high = flags[: p.size] == screen.RELEASED_HIGH
+        sums = [p64[low & settled].sum(), p64[high & settled].sum(),
                 (p64[released_low] * (1 - rho[released_low])).sum(),
                 (p64[released_high] * (rho[released_high] - 1)).sum()]
         np.testing.assert_allclose(got[4:], sums, rtol=1e-13, atol=1e-300, err_msg=label)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_screen_decides_ratios_next_to_the_bounds_as_their_rounding(dtype):
+    """Ratios one ulp either side of each bound, and on it: the screen's products settle a
+    token only on the side its rounded ratio q/p is, or leave it undecided."""
+    rng = np.random.default_rng(3)
+    bounds = (0.3, 0.7, 1.3, 2.9)
+    p = rng.uniform(0.5, 2.0, 4000).astype(dtype)
+    q = (p.astype(np.float64) * np.repeat(bounds, 1000)).astype(dtype)
+    step = np.arange(4000) % 3
+    q = np.where(step == 0, np.nextafter(q, dtype(0)), np.where(step == 1, q, np.nextafter(q, dtype(9))))
+    work = np.zeros((4, p.size))
+    flags = screen.flag_view(work[3], p.size)
+    screen.screen(p, q, bounds, flags)
+    _check_flags(flags, p, q, bounds)
 
 
 def test_gather_lays_out_the_undecided_tokens_and_sums_the_released():
@@ -66,7 +96,8 @@ def test_gather_lays_out_the_undecided_tokens_and_sums_the_released():
         screen.screen(p, q, bounds, flags)
         n_low, n_high, f_low, f_high = screen.gather(p, q, flags, KL.kind, KL.param, work[2].view(np.int64),
                                                       work[0], work[1])
-        expected, rho, _, _ = _flags(p, q, bounds)
+        expected = flags[:n].copy()
+        rho = _ratios(p, q)[0]
         kept_low = np.flatnonzero(expected == screen.KEPT_LOW)
         kept_high = np.flatnonzero(expected == screen.KEPT_HIGH)
         assert (n_low, n_high) == (kept_low.size, kept_high.size), label

@@ -34,6 +34,16 @@ _LITTLE_ENDIAN = sys.byteorder == "little"
 #: settled as released.
 SETTLED, KEPT_LOW, KEPT_HIGH, RELEASED_LOW, RELEASED_HIGH = range(5)
 
+#: The screen's tokens: p_i = 0 or p_i >= SCREEN_P_MIN, and q_i <= SCREEN_Q_MAX (probabilities
+#: down to 1e-300 included). Then q/p cannot overflow, and the screen's products cannot lose
+#: precision where a comparison depends on it. ``mark_sample`` tells whether a row qualifies.
+SCREEN_P_MIN = 2.0 ** -1010
+SCREEN_Q_MAX = 2.0 ** 10
+#: Relative margin of the screen's bounds: a token whose ratio lies within it of a bound is
+#: left undecided, so that comparing products decides as comparing the rounded ratio would.
+_SLACK = 8.0 * 2.0 ** -53
+
+
 
 @kernel
 def flag_view(workspace_row, n):
@@ -57,10 +67,16 @@ def mark_sample(p, q, size, flags):
     tokens. The uniforms are the Weyl sequence frac(i / golden ratio): the sample is
     deterministic and evenly spread over positions; its expected size is
     sum_i inclusion_i <= 3 ``size``.
+
+    Returns whether every token is in the screen's range (SCREEN_P_MIN, SCREEN_Q_MAX).
     """
+    outside = 0
     for i in range(p.size):
         u = np.float64((np.uint64(i) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(11)) * 2.0 ** -53
         flags[i] = u < inclusion(p, q, i, size)
+        pi = np.float64(p[i])
+        outside += ((pi > 0.0) & (pi < SCREEN_P_MIN)) | (np.float64(q[i]) > SCREEN_Q_MAX)
+    return outside == 0
 
 
 @kernel
@@ -97,38 +113,54 @@ def flagged(flags, n, positions):
     return count
 
 
+@kernel
+def screen_factors(bounds):
+    """(1 / a_lo', 1 / a_hi', b_lo', b_hi'): the factors ``screen`` compares q and p with, for
+    bounds a_lo' = a_lo (1 - s), a_hi' = a_hi (1 + s), b_lo' = b_lo (1 - s), b_hi' = b_hi (1 + s)
+    moved outwards by s = _SLACK (where they settle nothing more than the exact bounds)."""
+    a_lo, a_hi, b_lo, b_hi = bounds
+    return (1.0 / (a_lo * (1.0 - _SLACK)), 1.0 / (a_hi * (1.0 + _SLACK)), b_lo * (1.0 - _SLACK),
+            b_hi * (1.0 + _SLACK))
+
+
 @kernel(reassociate=True)
 def screen(p, q, bounds, flags):
     """Flag every token for the search; return (base, capacity_low, capacity_high, q0,
     p_clipped_low, p_clipped_high, moved_released_low, moved_released_high).
 
     ``bounds`` = (a_lo, a_hi, b_lo, b_hi) with a_lo <= a_hi < 1 < b_lo <= b_hi. A low token
-    (q < p) with ratio rho below a_lo, and a high one (q > p, rho finite) with rho above
-    b_hi, are settled as clipped; a low token with rho above a_hi, and a high one below b_lo,
-    as released (RELEASED_LOW, RELEASED_HIGH); the others are undecided (KEPT_LOW, KEPT_HIGH).
-    The totals are those of ``index.split_sides``; then come the p-mass of each clipped group
-    and the moved mass p |1 - rho| of each released one.
+    (q < p) with ratio rho = q/p below a_lo, and a high one (q > p > 0) with rho above b_hi,
+    are settled as clipped; a low token with rho above a_hi, and a high one below b_lo, as
+    released (RELEASED_LOW, RELEASED_HIGH); the others are undecided (KEPT_LOW, KEPT_HIGH),
+    and so are those within a few ulps of a bound. The totals are those of
+    ``index.split_sides``; then come the p-mass of each clipped group and the moved mass
+    p |1 - rho| of each released one.
+
+    No ratio is computed: the bounds are compared as products (``screen_factors``), for a
+    division per token would cost this pass three times the rest. Requires every token to
+    be in the screen's range (SCREEN_P_MIN, SCREEN_Q_MAX).
     """
-    a_lo, a_hi, b_lo, b_hi = bounds
+    over_a_lo, over_a_hi, b_lo, b_hi = screen_factors(bounds)
     base = capacity_low = capacity_high = q0 = 0.0
     p_clipped_low = p_clipped_high = moved_released_low = moved_released_high = 0.0
     for i in range(p.size):
         pi = np.float64(p[i])
         qi = np.float64(q[i])
-        rho = qi / pi
         low = qi < pi
-        high = (qi > pi) & (rho < np.inf)
-        released_low = low & (rho > a_hi)
-        released_high = high & (rho < b_lo)
+        high = (qi > pi) & (pi > 0.0)
+        clipped_low = low & (qi * over_a_lo < pi)
+        released_low = low & (qi * over_a_hi > pi)
+        clipped_high = high & (qi > b_hi * pi)
+        released_high = high & (qi < b_lo * pi)
         base += min(pi, qi)
-        capacity_low += pi * (1.0 - rho) if low else 0.0
-        capacity_high += pi * (rho - 1.0) if high else 0.0
-        q0 += qi if rho == np.inf else 0.0  # p = 0 < q, or a p so small that q/p overflows
-        p_clipped_low += pi if low & (rho < a_lo) else 0.0
-        p_clipped_high += pi if high & (rho > b_hi) else 0.0
-        moved_released_low += pi * (1.0 - rho) if released_low else 0.0
-        moved_released_high += pi * (rho - 1.0) if released_high else 0.0
-        flags[i] = ((low & (rho >= a_lo)) * KEPT_LOW + (high & (rho <= b_hi)) * KEPT_HIGH
+        capacity_low += pi - qi if low else 0.0
+        capacity_high += qi - pi if high else 0.0
+        q0 += qi if pi == 0.0 else 0.0
+        p_clipped_low += pi if clipped_low else 0.0
+        p_clipped_high += pi if clipped_high else 0.0
+        moved_released_low += pi - qi if released_low else 0.0
+        moved_released_high += qi - pi if released_high else 0.0
+        flags[i] = ((low & ~clipped_low) * KEPT_LOW + (high & ~clipped_high) * KEPT_HIGH
                     + released_low * (RELEASED_LOW - KEPT_LOW) + released_high * (RELEASED_HIGH - KEPT_HIGH))
     return (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, moved_released_low,
             moved_released_high)

@@ -259,15 +259,17 @@ def select_walk(p, q, eps, kind, alpha, work):
     screened with bounds from a sample, at each level of SAMPLE_REACH in turn until a result
     is confirmed (the last level bounds nothing but what the refusals suggest); where the
     budget does not bind on the sample, r = q is tried instead (``_drafter_state``), and the
-    full row is split and searched when it is not the optimum, as when nothing is confirmed.
+    full row is split and searched when it is not the optimum, as when nothing is confirmed
+    or the row has tokens outside the screen's range (``screen.SCREEN_P_MIN``).
     """
     if p.size >= SAMPLE_FROM:
-        levels, sample_binding = _sample_bounds(p, q, eps, kind, alpha, work)
-        if sample_binding:
-            found, state, binding, q0, base = _screen_by_levels(p, q, eps, kind, alpha, work, levels)
-        else:  # most often r = q, every token released; else the sample misjudged the budget
+        levels, sample_binding, in_range = _sample_bounds(p, q, eps, kind, alpha, work)
+        found = False
+        if not sample_binding:  # most often r = q, every token released; else the sample misjudged the budget
             found, state, q0, base = _drafter_state(p, q, eps, kind, alpha)
             binding = False
+        elif in_range:
+            found, state, binding, q0, base = _screen_by_levels(p, q, eps, kind, alpha, work, levels)
         if found:
             return state, binding, q0, base
     low, high = _nothing_settled()
@@ -328,8 +330,8 @@ def screened_walk(p, q, eps, kind, alpha, work, bounds):
 @kernel
 def _sample_bounds(p, q, eps, kind, alpha, work):
     """Bounds (a_lo, a_hi, b_lo, b_hi) on the thresholds of the optimum, estimated on a sample
-    of the row, one row of bounds per entry of SAMPLE_REACH, and whether the budget binds
-    on the sample.
+    of the row, one row of bounds per entry of SAMPLE_REACH; whether the budget binds on the
+    sample; and whether the row is in the screen's range (``screen.mark_sample``).
 
     The sample (``screen.mark_sample``) weights each token it takes by the number of row
     tokens it stands for, the inverse of its inclusion probability. Each bound is the
@@ -340,7 +342,7 @@ def _sample_bounds(p, q, eps, kind, alpha, work):
     """
     flags = flag_view(work[3], p.size)
     size = min(SAMPLE_SIZE, p.size // SAMPLE_SHARE)
-    mark_sample(p, q, size, flags)
+    in_range = mark_sample(p, q, size, flags)
     taken = work[2].view(np.int64)
     m = flagged(flags, p.size, taken)
     tokens = np.empty(m, np.float64)
@@ -355,16 +357,21 @@ def _sample_bounds(p, q, eps, kind, alpha, work):
     state, binding, _, _, _ = _search(sample_work, split_sides(ps, qs, sample_work[0], sample_work[1]), low, high,
                                    eps, kind, alpha)
     keys = qs / ps
-    is_low = qs < ps
-    is_high = (qs > ps) & (keys < np.inf)
-    low = np.argsort(np.where(is_low, keys, np.inf))[: np.sum(is_low)]
-    high = np.argsort(np.where(is_high, keys, np.inf))[: np.sum(is_high)]
+    # One sort for both sides: low keys (< 1) come first, then ratio 1, then the finite high
+    # keys, then inf (p = 0) and nan (p = q = 0).
+    order = np.argsort(keys)
+    sorted_keys = keys[order]
+    sorted_tokens = tokens[order]
+    n_low = np.searchsorted(sorted_keys, 1.0)
+    start_high = np.searchsorted(sorted_keys, 1.0, side="right")
+    end_high = np.searchsorted(sorted_keys, np.inf)
     levels = np.empty((len(SAMPLE_REACH), 4), np.float64)
     for level in range(len(SAMPLE_REACH)):
         reach = SAMPLE_REACH[level] * p.size / size
-        levels[level, :2] = _reach(keys[low], tokens[low], state[A], 0.0, 1.0, reach)
-        levels[level, 2:] = _reach(keys[high], tokens[high], state[B], 1.0, np.inf, reach)
-    return levels, binding
+        levels[level, :2] = _reach(sorted_keys[:n_low], sorted_tokens[:n_low], state[A], 0.0, 1.0, reach)
+        levels[level, 2:] = _reach(sorted_keys[start_high:end_high], sorted_tokens[start_high:end_high], state[B],
+                                   1.0, np.inf, reach)
+    return levels, binding, in_range
 
 
 @kernel
