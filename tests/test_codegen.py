@@ -97,6 +97,35 @@ def test_generated_functions_match_mpmath_at_50_digits(name, a):
         assert error <= 1e-12, (entry.name, label, error, at)
 
 
+@pytest.mark.parametrize("name, a", _precision_cases(), ids=lambda x: str(x))
+def test_generated_functions_hold_up_to_the_float_maximum(name, a):
+    """Ratios q/p reach the float maximum where p is near the smallest floats: up to there, f~
+    and f~' stay finite wherever their value is (below 1e307), and within 1e-9 of it."""
+    import mpmath
+    import sympy as sp
+
+    from mdverify.core import _fgen
+    from mdverify.divergences import alpha_family
+    from mdverify.symbolic.derive import a as a_symbol
+    from mdverify.symbolic.derive import derive, parse_generator, t
+
+    entry = md.divergence(name) if a is None else md.alpha(a)
+    derived = entry.derived if a is None else derive(parse_generator(alpha_family.EXPRESSION))
+    grid = np.concatenate([np.logspace(12, 308, 297), [np.finfo(np.float64).max]])
+    checked = 0
+    for label, expr, fn in (("f~", derived.f_tilde, _fgen.f_tilde), ("f~'", derived.f_tilde_prime, _fgen.f_tilde_prime)):
+        exact = sp.lambdify(t, expr.subs(a_symbol, sp.Rational(entry.param)), modules="mpmath")
+        with mpmath.workdps(50):
+            for x in grid:
+                truth = exact(mpmath.mpf(float(x)))
+                if abs(truth) > 1e307:
+                    continue
+                got = fn(entry.kind, entry.param, float(x))
+                assert np.isfinite(got) and abs(got - truth) <= 1e-9 * abs(truth) + 1e-300, (entry.name, label, x, got)
+                checked += 1
+    assert checked > 0
+
+
 @pytest.mark.parametrize("name", names())
 def test_generated_constants_are_sympys(name):
     """f'(1), f''(1) and the three limits in the kernels are sympy's values, to the last bit."""

@@ -83,3 +83,22 @@ def test_long_screened_rows_match_sorted(entry, truncate):
             ref = md.mentor(P, Q, eps, entry, method="sorted")
             np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=1e-12,
                                        err_msg=f"{entry.name}, {truncate}, {np.dtype(dtype).name}, eps={eps}")
+
+
+@pytest.mark.parametrize("tiny", [1e-305, 1e-310, 1e-318])
+def test_ratios_up_to_the_float_maximum(entry, tiny):
+    """Target probabilities near the smallest floats put q/p near the largest (1e-310 is below
+    the screen's range, 1e-305 within it): both solvers agree, and nothing overflows to nan."""
+    from mdverify.core.select import SAMPLE_FROM
+    from mdverify.workloads import llm_rows
+
+    P, Q = llm_rows(SAMPLE_FROM + 952, 3, seed=3)
+    P[:, 10:40] = tiny
+    P /= P.sum(axis=1, keepdims=True)
+    for eps in (1e-3, 0.05, 0.5):
+        ours = md.mentor(P, Q, eps, entry, method="select")
+        ref = md.mentor(P, Q, eps, entry, method="sorted")
+        where = f"{entry.name}, p = {tiny}, eps={eps}"
+        assert np.isfinite(ref.divergence_value).all() and np.isfinite(ours.divergence_value).all(), where
+        assert (ours.divergence_value <= eps * (1 + 1e-9)).all(), where
+        np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=1e-12, err_msg=where)

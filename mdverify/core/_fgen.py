@@ -143,7 +143,7 @@ def f_tilde_prime_at_inf(kind, a):
 
 @kernel
 def f_tilde(kind, a, t):
-    """f~(t) for t in [0, inf); above 1 as t f~*(1/t), which cannot overflow early."""
+    """f~(t) for t in [0, inf); above 1 as t f~*(1/t) where that is accurate (it cannot overflow early)."""
     if t == 0.0:
         return f_tilde_at_zero(kind, a)
     w = t - 1.0
@@ -201,18 +201,18 @@ def f_tilde(kind, a, t):
     if kind == 5:  # hellinger
         return float(t * (u*(-1 + 1/math.sqrt(u))**2))
     if kind == 6:  # jensen_shannon
-        return float(t * (u*(-1/2*(1 + 1/u)*math.log(1/2 + (1/2)/u) + (1/2)*math.log(1/u)/u)))
+        return float(t * (-1/2*u*math.log(1/2 + (1/2)/u) - 1/2*math.log(u) - 1/2*math.log(1/2 + (1/2)/u)))
     if kind == 7:  # triangular
         return float(t * ((u**2 - 2*u + 1)/(u + 1)))
     if kind == 8:  # jeffreys
         return float(t * (u*(-1 + 1/u)*math.log(1/u)))
     if kind == 9:  # alpha
-        return float(t * ((a*u - a - u + u**(1 - a))/(a*(a - 1))))
+        return float(t * (u*(a - a/u - 1 + u**(-a))/(a*(a - 1))))
     return math.nan
 
 @kernel
 def f_tilde_prime(kind, a, t):
-    """f~'(t) for t in [0, inf); above 1 as f~*(u) - u f~*'(u) at u = 1/t."""
+    """f~'(t) for t in [0, inf); above 1 as f~*(u) - u f~*'(u) at u = 1/t where that is accurate."""
     if t == 0.0:
         return f_tilde_prime_at_zero(kind, a)
     w = t - 1.0
@@ -258,9 +258,9 @@ def f_tilde_prime(kind, a, t):
             return float((-a + a*t**a/t)/(a*(a - 1)))
     u = 1.0 / t
     if kind == 0:  # tv
-        return float(-u*((1/2)*abs(1 - 1/u) + (1/2)*(0.0 if 1 - 1/u == 0 else math.copysign(1, 1 - 1/u))/u) + (1/2)*u*abs(1 - 1/u))
+        return float(-1/2*(0.0 if 1 - 1/u == 0 else math.copysign(1, 1 - 1/u)))
     if kind == 1:  # kl
-        return float(-u*(1 - 1/u) + u*(1 + math.log(1/u)/u - 1/u))
+        return float(-math.log(u))
     if kind == 2:  # reverse_kl
         return float(1 - u)
     if kind == 3:  # pearson
@@ -268,13 +268,13 @@ def f_tilde_prime(kind, a, t):
     if kind == 4:  # neyman
         return float(1 - u**2)
     if kind == 5:  # hellinger
-        return float(u*(-1 + 1/math.sqrt(u))**2 - u*((-1 + 1/math.sqrt(u))**2 - (-1 + 1/math.sqrt(u))/math.sqrt(u)))
+        return float(1 - math.sqrt(u))
     if kind == 6:  # jensen_shannon
         return float(-u**2/(2*u**2 + 2*u) - u/(2*u**2 + 2*u) - 1/2*math.log(u) - 1/2*math.log(1/2 + (1/2)/u) + 1/2)
     if kind == 7:  # triangular
         return float((-3*u**2 + 2*u + 1)/(u**2 + 2*u + 1))
     if kind == 8:  # jeffreys
-        return float(u*(-1 + 1/u)*math.log(1/u) - u*((-1 + 1/u)*math.log(1/u) + 1 - math.log(1/u)/u - 1/u))
+        return float(-u - math.log(u) + 1)
     if kind == 9:  # alpha
         return float((u**(1 - a) - 1)/(a - 1))
     return math.nan

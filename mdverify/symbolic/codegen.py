@@ -53,22 +53,26 @@ def _code(expr: sp.Expr) -> str:
 
 # Numerical form selection. sympy offers several equivalent forms of each expression and
 # the naive one can overflow long before the value does (neyman's f'(t) as
-# (t**2 - 1)/t**2 is nan at t = 1e200). Each branch is evaluated only on (0, 1] in its own
-# variable (t below 1, u = 1/t above), so a form is accepted when, on a log grid of that
-# interval down to 1e-300 plus points approaching the series interval around 1 (below), it
-# is finite wherever the 50-digit value is finite and below 1e300, and within a relative
-# 1e-9 of it. The first accepted
-# candidate, in the order sympy's own form, cancelled, then rewritten, is printed; the
-# loose threshold keeps the choice independent of last-ulp differences between libms.
+# (t**2 - 1)/t**2 is nan at t = 1e200). The branch on (0, 1] is evaluated in t, so a form
+# is accepted when, on a log grid of that interval down to the smallest floats, plus
+# points approaching the series interval around 1 (below), it is finite wherever the
+# 50-digit value is finite and below 1e300, and within a relative LOOSE of it. The branch
+# above 1 is checked as the kernel computes it (``above_one_form``), at ratios up to the
+# float maximum (q/p reaches it where p is near the smallest floats): a conjugate form
+# t f~*(1/t) with u = 1/t rounded, or else the direct form. The first accepted candidate,
+# in the order sympy's own form, cancelled, then rewritten, is printed; the loose threshold
+# keeps the choice independent of last-ulp differences between libms.
 #
 # Near t = 1 every closed form cancels (t log t - t + 1 is 0 in float64 at t = 1 - 2e-9;
 # at |t - 1| = w its relative error is about 1e-16 / w^2), so within NEAR_ONE of 1 smooth
 # generators are evaluated by their Taylor polynomial of degree SERIES_DEGREE, checked to be
 # within 1e-14 of the function at that distance; outside it the closed forms lose at most
 # about 1e-13 (tests/test_codegen.py measures both against 50-digit values).
+LOOSE = 1e-9
 NEAR_ONE = 0.05
 SERIES_DEGREE = 16
-_GRID = [10.0 ** (-e) for e in range(0, 301, 5)] + [1.0 - NEAR_ONE * 2.0**k for k in range(4)]
+_GRID = ([10.0 ** (-e) for e in range(0, 301, 5)] + [1e-303, 1e-306, 2.0 ** -1022, 2.0 ** -1024]
+         + [1.0 - NEAR_ONE * 2.0**k for k in range(4)])
 _FAMILY_PARAMS = (-1.5, 0.3, 0.5, 2.5)
 
 
@@ -100,7 +104,7 @@ def _accurate(candidate: sp.Expr, exact: sp.Expr, var: sp.Symbol) -> bool:
                     continue
                 got = float(fast(np.float64(x), np.float64(value)))
                 # A zero (at t = 1) comes out of 50-digit arithmetic as a few 1e-50 at most.
-                tolerance = 1e-9 * abs(float(truth)) if abs(truth) > 1e-30 else 1e-14
+                tolerance = LOOSE * abs(float(truth)) if abs(truth) > 1e-30 else 1e-14
                 if not np.isfinite(got) or abs(got - float(truth)) > tolerance:
                     return False
     return True
@@ -114,6 +118,52 @@ def stable_form(expr: sp.Expr, var: sp.Symbol) -> sp.Expr:
         if _accurate(candidate, expr, var):
             return candidate
     raise ValueError(f"no numerically stable form found for {expr} on (0, 1] in {var}")
+
+
+def _above_one_grid(kinked: bool) -> list[float]:
+    """Ratios above 1 on which a form of the t > 1 branch is checked: the reciprocals of the
+    grid up to the float maximum, and for generators with a kink at 1 (no series there) also
+    ratios just above 1."""
+    ts = [1.0 / x for x in _GRID if 2.0**-1023 < x < 1.0] + [sys.float_info.max]
+    return ts + ([1.0 + 10.0**-k for k in (12, 9, 6, 3)] if kinked else [])
+
+
+def above_one_form(direct: sp.Expr, star: sp.Expr, scaled: bool, kinked: bool) -> str:
+    """Code for the branch t > 1 of a function whose value is ``direct`` in t and ``star`` in
+    u = 1/t (times t when ``scaled``), as the kernel computes it: the first form, conjugate
+    candidates first (they cannot overflow early), then direct ones, whose float64 value at
+    each ratio of ``_above_one_grid`` (u rounded from 1/t) is within LOOSE of the 50-digit
+    value wherever that is below 1e307: p f~(q/p) is finite where p is near the smallest
+    floats and q/p near the largest, so f~ must not overflow before its value does."""
+    import mpmath
+    import numpy as np
+
+    params = _FAMILY_PARAMS if (direct.has(derive_a) or star.has(derive_a)) else (0.0,)
+    exact = sp.lambdify((t, derive_a), direct, modules="mpmath")
+    grid = _above_one_grid(kinked)
+
+    def accurate(evaluate) -> bool:
+        with mpmath.workdps(50), np.errstate(all="ignore"):
+            for value in params:
+                for x in grid:
+                    truth = exact(mpmath.mpf(x), mpmath.mpf(value))
+                    if not mpmath.isfinite(truth) or abs(truth) > 1e307:  # near the float maximum
+                        continue
+                    got = float(evaluate(np.float64(x), np.float64(value)))
+                    allowed = LOOSE * abs(float(truth)) if abs(truth) > 1e-30 else 1e-14
+                    if not np.isfinite(got) or abs(got - float(truth)) > allowed:
+                        return False
+        return True
+
+    for candidate in _candidates(star, u):
+        fast = sp.lambdify((u, derive_a), candidate, modules="numpy")
+        if accurate(lambda x, value: (x if scaled else 1.0) * fast(1.0 / x, value)):
+            return f"t * ({_code(candidate)})" if scaled else _code(candidate)
+    for candidate in _candidates(direct, t):
+        fast = sp.lambdify((t, derive_a), candidate, modules="numpy")
+        if accurate(fast):
+            return _code(candidate)
+    raise ValueError(f"no numerically stable form found for {direct} above t = 1")
 
 
 def _families() -> list[tuple[str, str]]:
@@ -167,8 +217,9 @@ def near_one_series(expr: sp.Expr) -> sp.Expr | None:
     return sp.horner(sp.expand(sp.simplify(series)), wrt=w)
 
 
-def _dispatch_t(fn: str, doc: str, at_zero: str, near, low, high, scale: str) -> str:
-    """A function of t: its limit at 0, a series near 1, the direct form on (0, 1], the conjugate form above."""
+def _dispatch_t(fn: str, doc: str, at_zero: str, near, low, high) -> str:
+    """A function of t: its limit at 0, a series near 1, the direct form on (0, 1], the form of
+    ``above_one_form`` above."""
     lines = ["@kernel", f"def {fn}(kind, a, t):", f'    """{doc}"""']
     lines += ["    if t == 0.0:", f"        return {at_zero}(kind, a)"]
     series = _branches(near, skip_missing=True)
@@ -176,7 +227,7 @@ def _dispatch_t(fn: str, doc: str, at_zero: str, near, low, high, scale: str) ->
         lines += ["    w = t - 1.0", f"    if abs(w) < {NEAR_ONE!r}:"] + ["    " + line for line in series]
     lines += ["    if t <= 1.0:"]
     lines += ["    " + line for line in _branches(low)]
-    lines += ["    u = 1.0 / t"] + _branches(high, scale) + ["    return math.nan", "", ""]
+    lines += ["    u = 1.0 / t"] + _branches(high) + ["    return math.nan", "", ""]
     return "\n".join(lines)
 
 
@@ -202,15 +253,21 @@ def module_source(families: list[tuple[str, str]], header: str = HEADER) -> str:
     parts.append(_dispatch("f_tilde_at_zero", "kind, a", "lim_{t->0+} f~(t); may be inf.", bodies("f_tilde_at_zero")))
     parts.append(_dispatch("f_tilde_prime_at_zero", "kind, a", "lim_{t->0+} f~'(t); may be -inf.", bodies("f_tilde_prime_at_zero")))
     parts.append(_dispatch("f_tilde_prime_at_inf", "kind, a", "lim_{t->inf} f~(t)/t; may be inf.", bodies("f_tilde_prime_at_inf")))
+
+    def above_one(attr: str, star_attr: str, scaled: bool) -> list[tuple[str, str]]:
+        return [(name, above_one_form(getattr(d, attr), getattr(d, star_attr), scaled,
+                                      kinked=d.f_tilde.has(sp.Abs, sp.sign)))
+                for name, d in derived]
+
     parts.append(_dispatch_t(
-        "f_tilde", "f~(t) for t in [0, inf); above 1 as t f~*(1/t), which cannot overflow early.",
+        "f_tilde", "f~(t) for t in [0, inf); above 1 as t f~*(1/t) where that is accurate (it cannot overflow early).",
         "f_tilde_at_zero", bodies("f_tilde", transform=near_one_series),
-        bodies("f_tilde", t), bodies("f_tilde_star", u), scale="t * ",
+        bodies("f_tilde", t), above_one("f_tilde", "f_tilde_star", scaled=True),
     ))
     parts.append(_dispatch_t(
-        "f_tilde_prime", "f~'(t) for t in [0, inf); above 1 as f~*(u) - u f~*'(u) at u = 1/t.",
+        "f_tilde_prime", "f~'(t) for t in [0, inf); above 1 as f~*(u) - u f~*'(u) at u = 1/t where that is accurate.",
         "f_tilde_prime_at_zero", bodies("f_tilde_prime", transform=near_one_series),
-        bodies("f_tilde_prime", t), bodies("f_tilde_prime_star", u), scale="",
+        bodies("f_tilde_prime", t), above_one("f_tilde_prime", "f_tilde_prime_star", scaled=False),
     ))
     parts.append(_segment_root(derived))
     return "".join(parts).rstrip() + "\n"
