@@ -189,25 +189,25 @@ def f_tilde(kind, a, t):
             return float((-a*t + a + t**a - 1)/(a*(a - 1)))
     u = 1.0 / t
     if kind == 0:  # tv
-        return float(t * ((1/2)*u*abs(1 - 1/u)))
+        return float((1/2)*abs(t - 1))
     if kind == 1:  # kl
-        return float(t * (u*(1 + math.log(1/u)/u - 1/u)))
+        return float(t*math.log(t) - t + 1)
     if kind == 2:  # reverse_kl
-        return float(t * (u*(-math.log(1/u) - 1 + 1/u)))
+        return float(t - math.log(t) - 1)
     if kind == 3:  # pearson
-        return float(t * ((u**2 - 2*u + 1)/u))
+        return float((t - 1)**2)
     if kind == 4:  # neyman
-        return float(t * (u**2 - 2*u + 1))
+        return float(t - 2 + 1/t)
     if kind == 5:  # hellinger
-        return float(t * (u*(-1 + 1/math.sqrt(u))**2))
+        return float((math.sqrt(t) - 1)**2)
     if kind == 6:  # jensen_shannon
-        return float(t * (-1/2*u*math.log(1/2 + (1/2)/u) - 1/2*math.log(u) - 1/2*math.log(1/2 + (1/2)/u)))
+        return float(t * (math.log(((1/2)*(u + 1)/u)**(-1/2*u - 1/2)/math.sqrt(u))))
     if kind == 7:  # triangular
-        return float(t * ((u**2 - 2*u + 1)/(u + 1)))
+        return float(t * ((u - 1)**2/(u + 1)))
     if kind == 8:  # jeffreys
-        return float(t * (u*(-1 + 1/u)*math.log(1/u)))
+        return float((t - 1)*math.log(t))
     if kind == 9:  # alpha
-        return float(t * (u*(a - a/u - 1 + u**(-a))/(a*(a - 1))))
+        return float((-a*t + a + t**a - 1)/(a*(a - 1)))
     return math.nan
 
 @kernel
@@ -258,23 +258,23 @@ def f_tilde_prime(kind, a, t):
             return float((-a + a*t**a/t)/(a*(a - 1)))
     u = 1.0 / t
     if kind == 0:  # tv
-        return float(-1/2*(0.0 if 1 - 1/u == 0 else math.copysign(1, 1 - 1/u)))
+        return float((1/2)*(0.0 if t - 1 == 0 else math.copysign(1, t - 1)))
     if kind == 1:  # kl
-        return float(-math.log(u))
+        return float(math.log(t))
     if kind == 2:  # reverse_kl
         return float(1 - u)
     if kind == 3:  # pearson
-        return float((2 - 2*u)/u)
+        return float(2*t - 2)
     if kind == 4:  # neyman
         return float(1 - u**2)
     if kind == 5:  # hellinger
         return float(1 - math.sqrt(u))
     if kind == 6:  # jensen_shannon
-        return float(-u**2/(2*u**2 + 2*u) - u/(2*u**2 + 2*u) - 1/2*math.log(u) - 1/2*math.log(1/2 + (1/2)/u) + 1/2)
+        return float((1/2)*(math.log(t) - math.log((1/2)*t + 1/2)))
     if kind == 7:  # triangular
-        return float((-3*u**2 + 2*u + 1)/(u**2 + 2*u + 1))
+        return float(-(u - 1)*(3*u + 1)/(u + 1)**2)
     if kind == 8:  # jeffreys
-        return float(-u - math.log(u) + 1)
+        return float(math.log(t) + (t - 1)/t)
     if kind == 9:  # alpha
         return float((u**(1 - a) - 1)/(a - 1))
     return math.nan

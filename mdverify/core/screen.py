@@ -34,11 +34,11 @@ _LITTLE_ENDIAN = sys.byteorder == "little"
 #: settled as released.
 SETTLED, KEPT_LOW, KEPT_HIGH, RELEASED_LOW, RELEASED_HIGH = range(5)
 
-#: The screen's tokens: p_i = 0 or p_i >= SCREEN_P_MIN, and q_i <= SCREEN_Q_MAX (probabilities
-#: down to 1e-300 included). Then q/p cannot overflow, and the screen's products cannot lose
-#: precision where a comparison depends on it. ``mark_sample`` tells whether a row qualifies.
+#: The screen's rows: every p_i = 0 or p_i >= SCREEN_P_MIN (probabilities down to 1e-300
+#: included), and, as in any distribution, every q_i <= 1 (up to 2^10 would do). Then q/p
+#: cannot overflow, and the screen's products cannot lose precision where a comparison
+#: depends on it. ``mark_sample`` tells whether a row qualifies.
 SCREEN_P_MIN = 2.0 ** -1010
-SCREEN_Q_MAX = 2.0 ** 10
 #: Relative margin of the screen's bounds: a token whose ratio lies within it of a bound is
 #: left undecided, so that comparing products decides as comparing the rounded ratio would.
 _SLACK = 8.0 * 2.0 ** -53
@@ -68,15 +68,15 @@ def mark_sample(p, q, size, flags):
     deterministic and evenly spread over positions; its expected size is
     sum_i inclusion_i <= 3 ``size``.
 
-    Returns whether every token is in the screen's range (SCREEN_P_MIN, SCREEN_Q_MAX).
+    Returns whether the row is in the screen's range (SCREEN_P_MIN).
     """
-    outside = 0
+    outside = False
     for i in range(p.size):
         u = np.float64((np.uint64(i) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(11)) * 2.0 ** -53
         flags[i] = u < inclusion(p, q, i, size)
         pi = np.float64(p[i])
-        outside += ((pi > 0.0) & (pi < SCREEN_P_MIN)) | (np.float64(q[i]) > SCREEN_Q_MAX)
-    return outside == 0
+        outside |= (pi > 0.0) & (pi < SCREEN_P_MIN)
+    return not outside
 
 
 @kernel
@@ -137,8 +137,8 @@ def screen(p, q, bounds, flags):
     p |1 - rho| of each released one.
 
     No ratio is computed: the bounds are compared as products (``screen_factors``), for a
-    division per token would cost this pass three times the rest. Requires every token to
-    be in the screen's range (SCREEN_P_MIN, SCREEN_Q_MAX).
+    division per token would cost this pass three times the rest. Requires the row to be in
+    the screen's range (SCREEN_P_MIN).
     """
     over_a_lo, over_a_hi, b_lo, b_hi = screen_factors(bounds)
     base = capacity_low = capacity_high = q0 = 0.0

@@ -128,13 +128,35 @@ def _above_one_grid(kinked: bool) -> list[float]:
     return ts + ([1.0 + 10.0**-k for k in (12, 9, 6, 3)] if kinked else [])
 
 
+def _cost(expr: sp.Expr) -> int:
+    """Operations of ``expr`` as printed, in additions: a product or a square 1, a division or
+    a square root 4, a logarithm, an exponential or a general power 10."""
+    total = 0
+    for node in sp.preorder_traversal(expr):
+        if isinstance(node, (sp.Add, sp.Mul)):
+            total += len(node.args) - 1
+        elif isinstance(node, sp.Pow):
+            exponent = node.exp
+            if exponent.is_Integer:
+                total += abs(int(exponent)) - 1 + (4 if exponent < 0 else 0)
+            elif exponent in (sp.S.Half, -sp.S.Half):
+                total += 4 + (4 if exponent < 0 else 0)
+            else:
+                total += 10
+        elif isinstance(node, (sp.log, sp.exp)):
+            total += 10
+    return total
+
+
 def above_one_form(direct: sp.Expr, star: sp.Expr, scaled: bool, kinked: bool) -> str:
     """Code for the branch t > 1 of a function whose value is ``direct`` in t and ``star`` in
-    u = 1/t (times t when ``scaled``), as the kernel computes it: the first form, conjugate
-    candidates first (they cannot overflow early), then direct ones, whose float64 value at
-    each ratio of ``_above_one_grid`` (u rounded from 1/t) is within LOOSE of the 50-digit
-    value wherever that is below 1e307: p f~(q/p) is finite where p is near the smallest
-    floats and q/p near the largest, so f~ must not overflow before its value does."""
+    u = 1/t (times t when ``scaled``): the cheapest candidate (``_cost``, counting the
+    division for u; the earlier among equally cheap, conjugate forms first) whose float64
+    value, computed as the kernel computes it (u rounded from 1/t), is within LOOSE of the
+    50-digit value at each ratio of ``_above_one_grid`` where that is below 1e307: p f~(q/p)
+    is finite where p is near the smallest floats and q/p near the largest, so f~ must not
+    overflow before its value does. The branch is the solvers' inner loop (f~ of every
+    released token), hence the cheapest."""
     import mpmath
     import numpy as np
 
@@ -155,14 +177,16 @@ def above_one_form(direct: sp.Expr, star: sp.Expr, scaled: bool, kinked: bool) -
                         return False
         return True
 
-    for candidate in _candidates(star, u):
+    def conjugate(candidate):
         fast = sp.lambdify((u, derive_a), candidate, modules="numpy")
-        if accurate(lambda x, value: (x if scaled else 1.0) * fast(1.0 / x, value)):
-            return f"t * ({_code(candidate)})" if scaled else _code(candidate)
-    for candidate in _candidates(direct, t):
-        fast = sp.lambdify((t, derive_a), candidate, modules="numpy")
-        if accurate(fast):
-            return _code(candidate)
+        return lambda x, value: (x if scaled else 1.0) * fast(1.0 / x, value)
+
+    forms = [(_cost(c) + 4 + scaled, f"t * ({_code(c)})" if scaled else _code(c), conjugate(c))
+             for c in _candidates(star, u)]
+    forms += [(_cost(c), _code(c), sp.lambdify((t, derive_a), c, modules="numpy")) for c in _candidates(direct, t)]
+    for _, code, evaluate in sorted(forms, key=lambda form: form[0]):  # stable: the earlier among ties
+        if accurate(evaluate):
+            return code
     raise ValueError(f"no numerically stable form found for {direct} above t = 1")
 
 
