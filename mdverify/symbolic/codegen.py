@@ -89,25 +89,34 @@ def _candidates(expr: sp.Expr, var: sp.Symbol) -> list[sp.Expr]:
     return out
 
 
-def _accurate(candidate: sp.Expr, exact: sp.Expr, var: sp.Symbol) -> bool:
+def _within(evaluate, exact, params, grid, ceiling: float) -> bool:
+    """Whether the float64 ``evaluate(x, a)`` is finite and within LOOSE of the 50-digit
+    ``exact(x, a)`` at every x of ``grid`` and a of ``params`` where that is finite and at
+    most ``ceiling`` in size."""
     import mpmath
     import numpy as np
 
-    params = _FAMILY_PARAMS if (candidate.has(derive_a) or exact.has(derive_a)) else (0.0,)
-    for value in params:
-        fast = sp.lambdify((var, derive_a), candidate, modules="numpy")
-        slow = sp.lambdify((var, derive_a), exact, modules="mpmath")
-        with mpmath.workdps(50), np.errstate(all="ignore"):
-            for x in _GRID:
-                truth = slow(mpmath.mpf(x), mpmath.mpf(value))
-                if not mpmath.isfinite(truth) or abs(truth) > 1e300:
+    with mpmath.workdps(50), np.errstate(all="ignore"):
+        for value in params:
+            for x in grid:
+                truth = exact(mpmath.mpf(x), mpmath.mpf(value))
+                if not mpmath.isfinite(truth) or abs(truth) > ceiling:
                     continue
-                got = float(fast(np.float64(x), np.float64(value)))
+                got = float(evaluate(np.float64(x), np.float64(value)))
                 # A zero (at t = 1) comes out of 50-digit arithmetic as a few 1e-50 at most.
                 tolerance = LOOSE * abs(float(truth)) if abs(truth) > 1e-30 else 1e-14
                 if not np.isfinite(got) or abs(got - float(truth)) > tolerance:
                     return False
     return True
+
+
+def _params(*exprs: sp.Expr) -> tuple[float, ...]:
+    return _FAMILY_PARAMS if any(expr.has(derive_a) for expr in exprs) else (0.0,)
+
+
+def _accurate(candidate: sp.Expr, exact: sp.Expr, var: sp.Symbol) -> bool:
+    return _within(sp.lambdify((var, derive_a), candidate, modules="numpy"),
+                   sp.lambdify((var, derive_a), exact, modules="mpmath"), _params(candidate, exact), _GRID, 1e300)
 
 
 def stable_form(expr: sp.Expr, var: sp.Symbol) -> sp.Expr:
@@ -157,26 +166,6 @@ def above_one_form(direct: sp.Expr, star: sp.Expr, scaled: bool, kinked: bool) -
     is finite where p is near the smallest floats and q/p near the largest, so f~ must not
     overflow before its value does. The branch is the solvers' inner loop (f~ of every
     released token), hence the cheapest."""
-    import mpmath
-    import numpy as np
-
-    params = _FAMILY_PARAMS if (direct.has(derive_a) or star.has(derive_a)) else (0.0,)
-    exact = sp.lambdify((t, derive_a), direct, modules="mpmath")
-    grid = _above_one_grid(kinked)
-
-    def accurate(evaluate) -> bool:
-        with mpmath.workdps(50), np.errstate(all="ignore"):
-            for value in params:
-                for x in grid:
-                    truth = exact(mpmath.mpf(x), mpmath.mpf(value))
-                    if not mpmath.isfinite(truth) or abs(truth) > 1e307:  # near the float maximum
-                        continue
-                    got = float(evaluate(np.float64(x), np.float64(value)))
-                    allowed = LOOSE * abs(float(truth)) if abs(truth) > 1e-30 else 1e-14
-                    if not np.isfinite(got) or abs(got - float(truth)) > allowed:
-                        return False
-        return True
-
     def conjugate(candidate):
         fast = sp.lambdify((u, derive_a), candidate, modules="numpy")
         return lambda x, value: (x if scaled else 1.0) * fast(1.0 / x, value)
@@ -184,8 +173,9 @@ def above_one_form(direct: sp.Expr, star: sp.Expr, scaled: bool, kinked: bool) -
     forms = [(_cost(c) + 4 + scaled, f"t * ({_code(c)})" if scaled else _code(c), conjugate(c))
              for c in _candidates(star, u)]
     forms += [(_cost(c), _code(c), sp.lambdify((t, derive_a), c, modules="numpy")) for c in _candidates(direct, t)]
+    exact = sp.lambdify((t, derive_a), direct, modules="mpmath")
     for _, code, evaluate in sorted(forms, key=lambda form: form[0]):  # stable: the earlier among ties
-        if accurate(evaluate):
+        if _within(evaluate, exact, _params(direct, star), _above_one_grid(kinked), 1e307):  # near the float max
             return code
     raise ValueError(f"no numerically stable form found for {direct} above t = 1")
 
