@@ -201,7 +201,7 @@ def f_tilde(kind, a, t):
     if kind == 5:  # hellinger
         return float((math.sqrt(t) - 1)**2)
     if kind == 6:  # jensen_shannon
-        return float(t * (math.log(((1/2)*(u + 1)/u)**(-1/2*u - 1/2)/math.sqrt(u))))
+        return float(t * (-1/2*(u*math.log(1/2 + (1/2)/u) + math.log(u) + math.log(1/2 + (1/2)/u))))
     if kind == 7:  # triangular
         return float(t * ((u - 1)**2/(u + 1)))
     if kind == 8:  # jeffreys
@@ -272,7 +272,7 @@ def f_tilde_prime(kind, a, t):
     if kind == 6:  # jensen_shannon
         return float((1/2)*(math.log(t) - math.log((1/2)*t + 1/2)))
     if kind == 7:  # triangular
-        return float(-(u - 1)*(3*u + 1)/(u + 1)**2)
+        return float((-3*u**2 + 2*u + 1)/(u**2 + 2*u + 1))
     if kind == 8:  # jeffreys
         return float(math.log(t) + (t - 1)/t)
     if kind == 9:  # alpha

@@ -138,10 +138,11 @@ def _above_one_grid(kinked: bool) -> list[float]:
 
 
 def _cost(expr: sp.Expr) -> int:
-    """Operations of ``expr`` as printed, in additions: a product or a square 1, a division or
-    a square root 4, a logarithm, an exponential or a general power 10."""
+    """Operations of ``expr`` as printed, in additions, each distinct subexpression once (the
+    compiler computes it once): a product or a square 1, a division or a square root 4, a
+    logarithm or an exponential 10, a general power 25 (a logarithm and an exponential)."""
     total = 0
-    for node in sp.preorder_traversal(expr):
+    for node in set(sp.preorder_traversal(expr)):
         if isinstance(node, (sp.Add, sp.Mul)):
             total += len(node.args) - 1
         elif isinstance(node, sp.Pow):
@@ -151,7 +152,7 @@ def _cost(expr: sp.Expr) -> int:
             elif exponent in (sp.S.Half, -sp.S.Half):
                 total += 4 + (4 if exponent < 0 else 0)
             else:
-                total += 10
+                total += 25
         elif isinstance(node, (sp.log, sp.exp)):
             total += 10
     return total
