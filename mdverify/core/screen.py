@@ -44,7 +44,6 @@ SCREEN_P_MIN = 2.0 ** -1010
 _SLACK = 8.0 * 2.0 ** -53
 
 
-
 @kernel
 def flag_view(workspace_row, n):
     """The first n bytes of a float64 workspace row as flags, padded to whole 8-byte words."""
