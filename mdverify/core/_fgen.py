@@ -187,7 +187,6 @@ def f_tilde(kind, a, t):
             return float((t - 1)*math.log(t))
         if kind == 9:  # alpha
             return float((-a*t + a + t**a - 1)/(a*(a - 1)))
-    u = 1.0 / t
     if kind == 0:  # tv
         return float((1/2)*abs(t - 1))
     if kind == 1:  # kl
@@ -201,8 +200,10 @@ def f_tilde(kind, a, t):
     if kind == 5:  # hellinger
         return float((math.sqrt(t) - 1)**2)
     if kind == 6:  # jensen_shannon
+        u = 1.0 / t
         return float(t * (-1/2*(u*math.log(1/2 + (1/2)/u) + math.log(u) + math.log(1/2 + (1/2)/u))))
     if kind == 7:  # triangular
+        u = 1.0 / t
         return float(t * ((u - 1)**2/(u + 1)))
     if kind == 8:  # jeffreys
         return float((t - 1)*math.log(t))
@@ -256,26 +257,30 @@ def f_tilde_prime(kind, a, t):
             return float(math.log(t) + (t - 1)/t)
         if kind == 9:  # alpha
             return float((-a + a*t**a/t)/(a*(a - 1)))
-    u = 1.0 / t
     if kind == 0:  # tv
         return float((1/2)*(0.0 if t - 1 == 0 else math.copysign(1, t - 1)))
     if kind == 1:  # kl
         return float(math.log(t))
     if kind == 2:  # reverse_kl
+        u = 1.0 / t
         return float(1 - u)
     if kind == 3:  # pearson
         return float(2*t - 2)
     if kind == 4:  # neyman
+        u = 1.0 / t
         return float(1 - u**2)
     if kind == 5:  # hellinger
+        u = 1.0 / t
         return float(1 - math.sqrt(u))
     if kind == 6:  # jensen_shannon
         return float((1/2)*(math.log(t) - math.log((1/2)*t + 1/2)))
     if kind == 7:  # triangular
+        u = 1.0 / t
         return float((-3*u**2 + 2*u + 1)/(u**2 + 2*u + 1))
     if kind == 8:  # jeffreys
         return float(math.log(t) + (t - 1)/t)
     if kind == 9:  # alpha
+        u = 1.0 / t
         return float((u**(1 - a) - 1)/(a - 1))
     return math.nan
 

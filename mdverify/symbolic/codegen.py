@@ -8,6 +8,7 @@ derivations produce (the drift check the test suite also runs).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -192,13 +193,15 @@ def _families() -> list[tuple[str, str]]:
     return out
 
 
-def _branches(bodies: list[tuple[str, str]], scale: str = "", skip_missing: bool = False) -> list[str]:
+def _branches(bodies: list[tuple[str, str]], skip_missing: bool = False) -> list[str]:
     lines = []
     for kind, (name, expr) in enumerate(bodies):
         if skip_missing and expr == "math.nan":
             continue
-        body = f"{scale}({expr})" if scale else expr
-        lines += [f"    if kind == {kind}:  # {name}", f"        return float({body})"]
+        lines += [f"    if kind == {kind}:  # {name}"]
+        if re.search(r"\bu\b", expr):  # a conjugate form: u = 1/t, computed only where used
+            lines += ["        u = 1.0 / t"]
+        lines += [f"        return float({expr})"]
     return lines
 
 
@@ -242,7 +245,7 @@ def _dispatch_t(fn: str, doc: str, at_zero: str, near, low, high) -> str:
         lines += ["    w = t - 1.0", f"    if abs(w) < {NEAR_ONE!r}:"] + ["    " + line for line in series]
     lines += ["    if t <= 1.0:"]
     lines += ["    " + line for line in _branches(low)]
-    lines += ["    u = 1.0 / t"] + _branches(high) + ["    return math.nan", "", ""]
+    lines += _branches(high) + ["    return math.nan", "", ""]
     return "\n".join(lines)
 
 
