@@ -33,6 +33,7 @@ class DualSolution:
     lam: float
     mu: float
     solver: str
+    seconds: float  # wall time of the accepted solve (cvxpy's compilation and the solver's run)
 
 
 def _power_epigraph(base, lam, exponent: float):
@@ -150,9 +151,10 @@ def solve_dual(p, q, eps: float, entry: Divergence, attempts=ATTEMPTS) -> DualSo
         constraints.append(w_stray - mu <= lam * fpinf)
     problem = cp.Problem(cp.Minimize(objective), constraints)
 
-    def accept(label):
+    def accept(label, seconds):
         if problem.status == "optimal" and np.isfinite(problem.value):
-            return DualSolution(value=float(problem.value), lam=float(lam.value), mu=float(mu.value), solver=label), ""
+            return DualSolution(value=float(problem.value), lam=float(lam.value), mu=float(mu.value), solver=label,
+                                seconds=seconds), ""
         return None, f"status {problem.status}"
 
     solution, failures = solve_in_turn(problem, attempts, accept)
