@@ -51,7 +51,7 @@ PIVOT_SAMPLES = 31
 SAMPLE_FROM = 2048
 SAMPLE_SIZE = 512
 SAMPLE_SHARE = 16
-SAMPLE_REACH = (2.0, 64.0, np.inf)
+SAMPLE_REACH = (2.0, 8.0, 64.0, np.inf)
 #: Largest difference of the two sides' capacities at which r = q is taken as the optimum
 #: (``_drafter_state``); r then differs from the optimum by at most that much mass.
 DRAFTER_BALANCE = 1e-14
