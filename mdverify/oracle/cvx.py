@@ -15,15 +15,15 @@ Clarabel is tried first with tight tolerances, then SCS; the attempt that succee
 recorded. The multipliers of the budget and normalisation constraints are lam and mu.
 
 Clarabel often stalls a little short of its 1e-11 tolerances ("optimal_inaccurate") from
-n ~ 1000 on. Such an answer counts only when it is feasible and the dual certificate of C3,
-evaluated at the solver's own lam and mu without the solver (``oracle.certificate``),
-proves it within CERTIFIED_GAP of the optimum in acceptance; its r is then made exactly
-feasible first (``feasible_point``), so that A(r) is a lower bound on the optimum as g is an
-upper one, and that r and A(r) are returned.
+n ~ 1000 on. Such an answer's r is made exactly feasible (``feasible_point``), so that A(r)
+bounds the optimum from below, and counts only when the dual certificate of C3, g(lam, mu)
+at the solver's own multipliers evaluated without the solver (``oracle.certificate``), an
+upper bound, is within CERTIFIED_GAP of A(r); that r and A(r) are returned.
 """
 
 from __future__ import annotations
 
+import time
 import warnings
 from dataclasses import dataclass
 
@@ -132,8 +132,6 @@ def solve_in_turn(problem, attempts, accept):
     (result, "") to stop or (None, reason) to go on. Returns (result or None, the reasons of the
     failed attempts).
     """
-    import time
-
     import cvxpy as cp
 
     failures = []
