@@ -1,11 +1,13 @@
 """``md.mentor`` and ``md.verify`` on PyTorch CPU tensors, zero-copy through numpy.
 
-PyTorch is optional and never installed by mdverify (a CUDA build is several GB); this
+PyTorch is optional (``pip install "mdverify[torch]"``, which the test extra includes); this
 module imports it only when called. Tensors must live on the CPU: the kernels are numba
 CPU code, and a silent device transfer would hide a copy in a decoder's hot loop.
-float32 and float64 tensors are read in place (contiguous ones without any copy); float16
-and bfloat16 are upcast to float32 once, since numpy cannot read bfloat16. Results come back
-as tensors that share memory with the arrays the kernels wrote.
+float32 and float64 tensors are read in place (contiguous ones without any copy). A float16 or
+bfloat16 distribution cannot sum to 1 much better than its 8 or 11 bits allow, so its rows are
+checked against ``HALF_SUM_TOLERANCE`` and then divided by their float64 sums into float32 (the
+dtype of the r that comes back). Results come back as tensors that share memory with the
+arrays the kernels wrote.
 
 Examples
 --------
@@ -26,19 +28,22 @@ from mdverify.api import MentorResult
 from mdverify.api import mentor as _mentor
 from mdverify.verification import verify as _verify
 
-INSTALL_HINT = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+INSTALL_HINT = 'pip install "mdverify[torch]"'
+#: How far a half-precision row's sum may stray from 1: a few units of the type's rounding
+#: (2^-8 for bfloat16, 2^-11 for float16), which every entry carries relative to its size.
+HALF_SUM_TOLERANCE = {"bfloat16": 2.0**-6, "float16": 2.0**-9}
 
 
 def _torch():
     try:
         import torch
     except ImportError:
-        raise ImportError(f"mdverify.torch_adapter needs PyTorch, which mdverify does not install; for the CPU build: {INSTALL_HINT}") from None
+        raise ImportError(f"mdverify.torch_adapter needs PyTorch: {INSTALL_HINT}") from None
     return torch
 
 
-def _array(x, label: str):
-    """A numpy view of a CPU tensor (float16/bfloat16 upcast to float32); other inputs as they are."""
+def _array(x, label: str, distribution: bool = False):
+    """A numpy view of a CPU tensor; half-precision distributions renormalised into float32."""
     torch = _torch()
     if not isinstance(x, torch.Tensor):
         return x
@@ -46,6 +51,17 @@ def _array(x, label: str):
         raise ValueError(f"{label} is on {x.device}; mdverify's kernels run on the CPU, move it with .cpu()")
     x = x.detach()
     if x.dtype in (torch.float16, torch.bfloat16):
+        tolerance = HALF_SUM_TOLERANCE[str(x.dtype).removeprefix("torch.")]
+        x = x.to(torch.float64)
+        if distribution:
+            sums = x.sum(-1, keepdim=True)
+            off = (sums - 1).abs() > tolerance
+            if bool(off.any()):
+                row = tuple(int(i) for i in off.nonzero()[0][:-1])
+                where = f" row {row[0] if len(row) == 1 else row}" if row else ""
+                raise ValueError(f"{label}{where} sums to {float(sums[off][0]):.6g}, not 1 (tolerance {tolerance:g} "
+                                 "for the rounding of a half-precision distribution)")
+            x = x / sums  # nan and negative entries pass through to md's own checks
         x = x.to(torch.float32)
     return x.numpy()
 
@@ -57,7 +73,7 @@ def _tensor(x):
 
 def mentor(p, q, eps, divergence="kl", method: str = "auto") -> MentorResult:
     """``md.mentor`` for tensors: the same arguments and fields, each field a tensor."""
-    res = _mentor(_array(p, "p"), _array(q, "q"), _array(eps, "eps"), divergence, method)
+    res = _mentor(_array(p, "p", True), _array(q, "q", True), _array(eps, "eps"), divergence, method)
     return MentorResult(**{f.name: _tensor(getattr(res, f.name)) for f in fields(res)})
 
 
@@ -65,7 +81,7 @@ def verify(target_probs, draft_probs, draft_token_ids, eps, divergence="kl", see
            method: str = "auto"):
     """``md.verify`` for tensors: (output_token_ids, num_accepted) as int64 tensors."""
     out, accepted = _verify(
-        _array(target_probs, "target_probs"), _array(draft_probs, "draft_probs"),
+        _array(target_probs, "target_probs", True), _array(draft_probs, "draft_probs", True),
         _array(draft_token_ids, "draft_token_ids"), _array(eps, "eps"), divergence, seed,
         _array(uniforms, "uniforms"), method,
     )

@@ -35,3 +35,15 @@ def test_mentor_runs_on_model_rows():
     q = np.stack([drafter.distribution(ids[:k]) for k in range(1, 6)])
     res = md.mentor(p, q, 0.05, "kl")
     assert (res.acceptance >= np.minimum(p, q).sum(-1) - 1e-12).all()
+
+
+def test_the_corpus_does_not_depend_on_what_the_process_imported():
+    import subprocess
+    import sys
+
+    # PyTorch replaces inspect.getfile when imported; the corpus is read from source files.
+    code = ("import hashlib\n{}\nfrom mdverify.workloads.ngrams import documents\n"
+            "print(hashlib.sha256(repr(documents()).encode()).hexdigest())")
+    digests = {subprocess.run([sys.executable, "-c", code.format(first)], capture_output=True, text=True,
+                              check=True).stdout for first in ("import torch", "pass")}
+    assert len(digests) == 1

@@ -330,6 +330,41 @@ def truncation(out_dir: Path, quick: bool, rng) -> str:
     )
 
 
+def decoders(out_dir: Path, quick: bool, rng) -> str:
+    """One step of ``mdverify.hf.generate``: where the time goes (``mdverify.bench.decoders``)."""
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        return ('Not measured: this run had no PyTorch and transformers (`pip install "mdverify[torch]"`).')
+    import matplotlib.pyplot as plt
+
+    from mdverify.bench.decoders import K, markdown, step_table
+
+    timings = step_table(quick=quick)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    labels = [f"n={t.vocab // 1024}k, B={t.batch}" for t in timings]
+    left = np.zeros(len(timings))
+    for name, color in (("target", "tab:blue"), ("drafter", "tab:orange"), ("verify", "tab:green")):
+        width = np.array([getattr(t, f"{name}_ms") for t in timings])
+        ax.barh(labels, width, left=left, color=color, label="verification" if name == "verify" else name)
+        left += width
+    ax.set_xlabel("ms per step")
+    ax.set_title(f"One step of mdverify.hf.generate (k = {K}, kl, eps = 0.1)")
+    ax.legend()
+    _write(fig, out_dir / "decoding_step.png")
+    return (
+        f"`mdverify.hf.generate` with random-weight GPT-2 models (target: 4 layers of width 256, drafter: 1 layer "
+        f"of width 128, each with the vocabulary's full output layer), k = {K}, kl at eps = 0.1, prompts of 32 "
+        "tokens; mean time per step over the steps of one call after a warm-up call. Verification is the "
+        "float64 softmax of the processed logits, the copy to numpy and `md.verify` (input checks and the "
+        "kernel solving every position's mentored distribution). Per position it is set against one float32 "
+        "softmax over the same (B, k + 1, n) logits. Random weights make p and q nearly uniform and nearly "
+        "equal, a hard row family for the sort-free solver; trained models give peaked rows.\n\n"
+        "![decoding step](decoding_step.png)\n\n" + markdown(timings)
+    )
+
+
 def divergence_table(out_dir: Path, quick: bool, rng) -> str:
     import matplotlib.pyplot as plt
     import sympy as sp

@@ -14,13 +14,13 @@ vector over the vocabulary that sums to 1.
 
 from __future__ import annotations
 
+import ast
 import importlib
-import inspect
 import re
-import warnings
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -41,6 +41,17 @@ def tokenize(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
+def _docstrings(module) -> list[str]:
+    """Docstrings of the functions and classes that the module's own source defines, by name.
+
+    Read from the source file rather than from the live module, so that the corpus does not
+    depend on what else the process imported (PyTorch, for one, replaces ``inspect.getfile``).
+    """
+    tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
+    defined = [node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    return [doc for node in sorted(defined, key=lambda node: node.name) if (doc := ast.get_docstring(node))]
+
+
 @lru_cache(maxsize=1)
 def documents() -> tuple[tuple[str, ...], ...]:
     """The corpus as token sequences, one per document, in a fixed order."""
@@ -49,13 +60,7 @@ def documents() -> tuple[tuple[str, ...], ...]:
     texts = [topics[key] for key in sorted(topics)]
     for name in MODULES:
         module = importlib.import_module(name)
-        with warnings.catch_warnings():  # reading every attribute touches deprecated aliases
-            warnings.simplefilter("ignore", DeprecationWarning)
-            members = sorted(inspect.getmembers(module), key=lambda item: item[0])
-        for _, member in members:
-            doc = inspect.getdoc(member) if (inspect.isfunction(member) or inspect.isclass(member)) else None
-            if doc and getattr(member, "__module__", "") == module.__name__:
-                texts.append(doc)
+        texts += _docstrings(module)
         if module.__doc__:
             texts.append(module.__doc__)
     return tuple(tuple(tokenize(text)) for text in texts if text)
