@@ -13,7 +13,7 @@ from mdverify.core.index import build_index
 from mdverify.core.walk import D, M, STATE_SIZE
 from mdverify.divergences import Divergence
 from mdverify.divergences import divergence as lookup
-from mdverify.validate import as_budgets, as_pair
+from mdverify.validate import as_budgets, as_pair, check_ratios
 
 METHODS = ("auto", "sorted", "select")
 #: Row length from which "auto" uses the sort-free solver (measured by ``benchmarks/``).
@@ -39,7 +39,10 @@ class MentorResult:
         Dual variables of the budget and of normalisation (SPEC C3); lam is 0 when the
         budget does not bind and inf at eps = 0.
     divergence_value : ndarray, shape (...)
-        :math:`D_f(r \\| p) \\le \\varepsilon`.
+        :math:`D_f(r \\| p) \\le \\varepsilon`, of r as returned: float32 rows are
+        evaluated after rounding, and a row that rounding took over the budget is pulled
+        back towards p until it is within it (its acceptance and moved mass are then those
+        of the returned row; a, b, lam and mu stay those of the float64 optimum).
     """
 
     r: np.ndarray
@@ -125,6 +128,7 @@ def mentor(p, q, eps, divergence: str | Divergence = "kl", method: str = "auto")
     """
     entry = lookup(divergence)
     p, q = as_pair(p, q)
+    check_ratios(p, q)
     batch_shape = p.shape[:-1]
     n = p.shape[-1]
     budgets = as_budgets(eps, batch_shape)
@@ -134,12 +138,52 @@ def mentor(p, q, eps, divergence: str | Divergence = "kl", method: str = "auto")
     fields = np.empty((P.shape[0], len(kernels.FIELDS)), np.float64)
     solver = _solver(method, n)
     entry.kernels.mentor_rows(P, Q, budgets, entry.kind, entry.param, solver, R, fields, _workspace(solver, P.shape[0], n))
+    if R.dtype != np.float64:
+        _keep_budget_after_rounding(entry, P, Q, R, fields, budgets)
     return _result(R.reshape(p.shape), fields, batch_shape)
+
+
+#: Relative steps back towards p tried in turn (``_keep_budget_after_rounding``), each 8 times the last.
+_FIRST_STEP, _STEP_GROWTH = 1e-7, 8.0
+
+
+def _keep_budget_after_rounding(entry: Divergence, P, Q, R, fields, budgets) -> None:
+    """Make float32 rows keep the budget as returned, not only before rounding.
+
+    Rounding r to float32 moves each entry by up to 6e-8 relative, which can take
+    D_f(r || p) a little over a binding budget. Such a row is pulled back along the segment
+    to p: r(theta) = p + theta (r - p) with theta = (eps / D)(1 - step), which convexity puts
+    within the budget before rounding, for steps growing from 1e-7 until the rounded row is
+    within it too (theta = 0 gives p itself, D = 0). ``divergence_value`` then describes the
+    returned float32 row, and a pulled row's ``acceptance`` and ``moved_mass`` too.
+    """
+    values = np.empty(R.shape[0])
+    entry.kernels.divergence_rows(R, P, entry.kind, entry.param, values)
+    for i in np.flatnonzero(values > budgets):
+        p, r = P[i].astype(np.float64), R[i].astype(np.float64)
+        step = _FIRST_STEP
+        while step < 1.0:
+            theta = budgets[i] / values[i] * (1.0 - step)
+            candidate = (p + theta * (r - p)).astype(R.dtype)
+            value = float(divergence_value(entry, candidate, P[i]))
+            if value <= budgets[i]:
+                break
+            step *= _STEP_GROWTH
+        else:
+            candidate, value = P[i].copy(), 0.0
+        R[i] = candidate
+        values[i] = value
+        q = Q[i].astype(np.float64)
+        rounded = candidate.astype(np.float64)
+        fields[i, kernels.FIELDS.index("acceptance")] = np.minimum(rounded, q).sum()
+        fields[i, kernels.FIELDS.index("moved_mass")] = np.maximum(rounded - p, 0.0).sum()
+    fields[:, kernels.FIELDS.index("divergence_value")] = values
 
 
 def divergence_value(entry: Divergence, r, p) -> np.ndarray:
     """:math:`D_f(r \\| p)` over the last axis (see :meth:`Divergence.value`)."""
     r, p = as_pair(r, p, labels=("r", "p"))
+    check_ratios(p, r, labels=("p", "r"))
     n = p.shape[-1]
     out = np.empty(int(np.prod(p.shape[:-1], dtype=np.int64)), np.float64)
     entry.kernels.divergence_rows(np.ascontiguousarray(r.reshape(-1, n)), np.ascontiguousarray(p.reshape(-1, n)),
@@ -190,6 +234,7 @@ class RatioIndex:
 
     def __init__(self, p, q):
         p, q = as_pair(p, q)
+        check_ratios(p, q)
         if p.ndim != 1:
             raise ValueError(f"RatioIndex takes one row (shape (n,)), got shape {p.shape}; use md.mentor for batches")
         self.p, self.q = p, q
@@ -238,6 +283,8 @@ class RatioIndex:
         r = np.empty_like(self.p)
         fields = np.empty((1, len(kernels.FIELDS)), np.float64)
         entry.kernels.finish(self._arrays[6], self.base, entry.kind, entry.param, budget, state, binding, self.p, self.q, r, fields[0])
+        if r.dtype != np.float64:
+            _keep_budget_after_rounding(entry, self.p[None], self.q[None], r[None], fields, np.array([budget]))
         return _result(r, fields, ())
 
 

@@ -7,8 +7,16 @@ from __future__ import annotations
 
 import numpy as np
 
+#: How much of a user's text an error message quotes.
+QUOTED = 80
+
 #: How far a row's sum may stray from 1, by input precision.
 SUM_TOLERANCE = {np.dtype(np.float64): 1e-6, np.dtype(np.float32): 1e-4}
+
+
+def quoted(text: str) -> str:
+    """Text as an error message shows it: whole when short, else its start and its length."""
+    return repr(text) if len(text) <= QUOTED else f"{text[:QUOTED]!r}... ({len(text)} characters)"
 
 
 def _row_name(label: str, batch_shape: tuple[int, ...], flat_row: int) -> str:
@@ -27,8 +35,8 @@ def as_distributions(x, label: str) -> np.ndarray:
         raise ValueError(f"{label} is not an array of numbers: {exc}") from None
     if arr.dtype.kind not in "fiub":
         raise ValueError(f"{label} must hold real numbers, got dtype {arr.dtype}")
-    if arr.dtype not in SUM_TOLERANCE:
-        arr = arr.astype(np.float64)
+    if arr.dtype not in SUM_TOLERANCE:  # other byte orders keep their precision; integers become float64
+        arr = arr.astype(np.float32 if arr.dtype.kind == "f" and arr.dtype.itemsize <= 4 else np.float64)
     if arr.ndim == 0:
         raise ValueError(f"{label} must have shape (..., n), got a scalar")
     if arr.shape[-1] == 0:
@@ -63,8 +71,34 @@ def as_pair(p, q, labels: tuple[str, str] = ("p", "q")) -> tuple[np.ndarray, np.
     return p.astype(dtype, copy=False), q.astype(dtype, copy=False)
 
 
+def check_ratios(p: np.ndarray, q: np.ndarray, labels: tuple[str, str] = ("p", "q")) -> None:
+    """Refuse entries whose ratio q/p overflows float64 although p > 0 (p subnormal).
+
+    The kernels work with ratios; such a token would be taken for one the target excludes
+    (p = 0), which changes the problem (for reverse_kl it makes an infinite divergence free).
+    Only p below the smallest normal float can overflow a ratio of a distribution's q.
+    """
+    tiny = (p > 0) & (p < np.finfo(np.float64).tiny)
+    if not tiny.any():
+        return
+    where = np.argwhere(tiny)
+    with np.errstate(over="ignore"):
+        ratio = q[tuple(where.T)].astype(np.float64) / p[tuple(where.T)].astype(np.float64)
+    overflow = np.isinf(ratio)
+    if overflow.any():
+        index = tuple(int(i) for i in where[np.argmax(overflow)])
+        batch_shape = p.shape[:-1]
+        flat_row = int(np.ravel_multi_index(index[:-1], batch_shape)) if batch_shape else 0
+        raise ValueError(f"{_row_name(labels[0], batch_shape, flat_row)} has {p[index]:.3g} at index {index[-1]} where "
+                         f"{labels[1]} has {q[index]:.3g}: their ratio overflows float64, so the token cannot be told "
+                         f"from one {labels[0]} excludes; set it to 0 (excluded) or to at least "
+                         f"{np.finfo(np.float64).tiny:.3g}")
+
+
 def as_budgets(eps, batch_shape: tuple[int, ...]) -> np.ndarray:
     """Budgets broadcast to the batch shape, as float64; each >= 0 (inf allowed), never nan."""
+    if np.asarray(eps).dtype.kind not in "iufb":  # not strings, whose conversion numpy would allow
+        raise ValueError(f"eps must be a number or an array of numbers, got {eps!r}")
     try:
         arr = np.asarray(eps, dtype=np.float64)
     except (TypeError, ValueError):

@@ -7,7 +7,7 @@ import numpy as np
 from mdverify.api import _solver, _workspace
 from mdverify.divergences import Divergence
 from mdverify.divergences import divergence as lookup
-from mdverify.validate import as_budgets, as_distributions
+from mdverify.validate import as_budgets, as_distributions, check_ratios
 
 
 def verify(target_probs, draft_probs, draft_token_ids, eps, divergence: str | Divergence = "kl", seed=None,
@@ -58,43 +58,47 @@ def verify(target_probs, draft_probs, draft_token_ids, eps, divergence: str | Di
     if target.shape != (rows, positions + 1, n):
         raise ValueError(f"target_probs must have shape (B, k + 1, n) = {(rows, positions + 1, n)} to match "
                          f"draft_probs {draft.shape}, got {target.shape}")
+    check_ratios(target[:, :positions], draft, labels=("target_probs", "draft_probs"))
     tokens = _token_ids(draft_token_ids, draft, (rows, positions))
     budgets = as_budgets(eps, (rows,))
-    if uniforms is None:
-        u = np.random.default_rng(seed).random((rows, positions + 1, 2))
-    else:
-        u = np.asarray(uniforms, np.float64)
-        if u.shape != (rows, positions + 1, 2):
-            raise ValueError(f"uniforms must have shape (B, k + 1, 2) = {(rows, positions + 1, 2)}, got {u.shape}")
-        if not ((u >= 0) & (u < 1)).all():
-            raise ValueError("uniforms must lie in [0, 1)")
+    u = _uniforms(seed, uniforms, (rows, positions + 1, 2))
     dtype = np.result_type(target.dtype, draft.dtype)
     target = np.ascontiguousarray(target, dtype)
     draft = np.ascontiguousarray(draft, dtype)
     out = np.empty((rows, positions + 1), np.int64)
     accepted = np.empty(rows, np.int64)
     solver = _solver(method, n)
-    entry.kernels.verify_rows(target, draft, tokens, budgets, entry.kind, entry.param, solver, np.ascontiguousarray(u),
+    entry.kernels.verify_rows(target, draft, tokens, budgets, entry.kind, entry.param, solver, u,
                               out, accepted, _workspace(solver, rows, n))
     return out, accepted
 
 
 def _token_ids(ids, draft: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
-    """Drafted ids as int64 (B, k): in [0, n) then only -1, each with positive draft probability."""
+    """Drafted ids as int64 (B, k): in [0, n) then only -1, each with positive draft probability.
+
+    Checked in the ids' own dtype before any cast, so that no id wraps (2**64 - 1 as uint64
+    is not -1) and non-integral or non-finite floats are named rather than truncated.
+    """
     try:
         arr = np.asarray(ids)
     except Exception as exc:
         raise ValueError(f"draft_token_ids is not an array of integers: {exc}") from None
-    if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "f" and np.all(np.mod(arr, 1) == 0)):
+    if arr.dtype.kind not in "iuf":
         raise ValueError(f"draft_token_ids must hold integers, got dtype {arr.dtype}")
-    arr = arr.astype(np.int64)
     if arr.shape != shape:
         raise ValueError(f"draft_token_ids must have shape (B, k) = {shape}, got {arr.shape}")
+    if arr.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):
+            integral = np.isfinite(arr) & (arr == np.floor(arr))
+        if not integral.all():
+            row, col = np.argwhere(~integral)[0]
+            raise ValueError(f"draft_token_ids row {row} has {arr[row, col].item()!r} at position {col}, not an integer")
     n = draft.shape[-1]
     bad = (arr < -1) | (arr >= n)
     if bad.any():
         row, col = np.argwhere(bad)[0]
-        raise ValueError(f"draft_token_ids row {row} has token {arr[row, col]} at position {col}, outside [0, {n})")
+        raise ValueError(f"draft_token_ids row {row} has token {arr[row, col].item()!r} at position {col}, outside [0, {n})")
+    arr = arr.astype(np.int64)
     padding = arr == -1
     if (padding[:, :-1] & ~padding[:, 1:]).any():
         row = int(np.argmax((padding[:, :-1] & ~padding[:, 1:]).any(-1)))
@@ -106,3 +110,20 @@ def _token_ids(ids, draft: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
         raise ValueError(f"draft_token_ids row {row} drafted token {arr[row, col]} at position {col}, "
                          "which the drafter gives probability 0")
     return np.ascontiguousarray(arr)
+
+
+def _uniforms(seed, uniforms, shape: tuple[int, int, int]) -> np.ndarray:
+    """The uniforms of ``verify``: drawn from ``seed`` (an int or None), or checked as given."""
+    if uniforms is None:
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+            raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
+        return np.random.default_rng(seed).random(shape)
+    u = np.asarray(uniforms)
+    if u.dtype.kind not in "iuf":
+        raise ValueError(f"uniforms must hold real numbers in [0, 1), got dtype {u.dtype}")
+    u = u.astype(np.float64)
+    if u.shape != shape:
+        raise ValueError(f"uniforms must have shape (B, k + 1, 2) = {shape}, got {u.shape}")
+    if not ((u >= 0) & (u < 1)).all():
+        raise ValueError("uniforms must lie in [0, 1)")
+    return np.ascontiguousarray(u)

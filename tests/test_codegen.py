@@ -51,7 +51,8 @@ _PRECISION_GRID = np.unique(np.concatenate([
     1 + np.geomspace(1e-15, 0.5, 120), 1 - np.geomspace(1e-15, 0.5, 120),
     [1 - codegen.NEAR_ONE, 1 + codegen.NEAR_ONE, np.nextafter(1 - codegen.NEAR_ONE, 0), np.nextafter(1 + codegen.NEAR_ONE, 2)],
 ]))
-_ALPHAS = (-4.0, -1.5, 0.3, 0.5, 2.5, 5.0, 20.0)
+#: alpha members: the edges of what md.alpha admits (alpha_family.A_RANGE, A_GAP), and inside.
+_ALPHAS = (-8.0, -4.0, -1.5, -0.12, 0.12, 0.3, 0.5, 0.9, 1.1, 2.5, 5.0, 20.0)  # with the edges of md.alpha
 
 
 def _precision_cases():

@@ -90,10 +90,16 @@ def test_float32_input_gives_float32_output(entry):
     p, q = llm_rows(300, 3, seed=2, dtype=np.float32)
     res = md.mentor(p, q, 0.1, entry)
     assert res.r.dtype == np.float32
-    ref = md.mentor(p.astype(np.float64), q.astype(np.float64), 0.1, entry)
-    # Same float64 computation on the same (widened) numbers; only r is rounded on output.
-    np.testing.assert_array_equal(res.acceptance, ref.acceptance)
-    np.testing.assert_array_equal(res.r, ref.r.astype(np.float32))
+    p64 = p.astype(np.float64)
+    ref = md.mentor(p64, q.astype(np.float64), 0.1, entry)
+    # Same float64 computation on the same (widened) numbers, then r rounded on output; a row
+    # that the rounding took over the budget is pulled back towards p, by about 1e-7 of its move.
+    rounded = ref.r.astype(np.float32)
+    kept = entry.value(rounded.astype(np.float64), p64) <= 0.1
+    np.testing.assert_array_equal(res.r[kept], rounded[kept])
+    np.testing.assert_array_equal(res.acceptance[kept], ref.acceptance[kept])
+    assert (entry.value(res.r.astype(np.float64), p64) <= 0.1).all()
+    np.testing.assert_allclose(res.acceptance, ref.acceptance, rtol=0, atol=1e-6)
 
 
 def test_batch_shapes_and_per_row_budgets():

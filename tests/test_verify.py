@@ -56,7 +56,8 @@ def test_eps_zero_accepts_by_the_lossless_rule():
     (lambda t, d, i: (t * 1.1, d, i), "target_probs row .* sums to"),
     (lambda t, d, i: (t, d, i[:, :2]), r"draft_token_ids must have shape"),
     (lambda t, d, i: (t, d, np.where(np.arange(3) == 0, -1, i)), "after -1 padding"),
-    (lambda t, d, i: (t, d, i.astype(float) + 0.5), "must hold integers"),
+    (lambda t, d, i: (t, d, i.astype(float) + 0.5), "not an integer"),
+    (lambda t, d, i: (t, d, i.astype(bool)), "must hold integers"),
 ])
 def test_bad_input_raises(change, message):
     target, draft, tokens = _batch()

@@ -285,6 +285,31 @@ def f_tilde_prime(kind, a, t):
     return math.nan
 
 @kernel
+def f_tilde_star(kind, a, u):
+    """u f~(1/u) for u in (0, 1]: f~(t) = t f~*(1/t), for the ratios t at which f~(t) overflows."""
+    if kind == 0:  # tv
+        return float((1/2)*abs(u - 1))
+    if kind == 1:  # kl
+        return float(u - math.log(u) - 1)
+    if kind == 2:  # reverse_kl
+        return float(u*math.log(u) - u + 1)
+    if kind == 3:  # pearson
+        return float((u**2 - 2*u + 1)/u)
+    if kind == 4:  # neyman
+        return float(u**2 - 2*u + 1)
+    if kind == 5:  # hellinger
+        return float(-2*math.sqrt(u) + u + 1)
+    if kind == 6:  # jensen_shannon
+        return float(-1/2*u*math.log(1/2 + (1/2)/u) - 1/2*math.log(u) - 1/2*math.log(1/2 + (1/2)/u))
+    if kind == 7:  # triangular
+        return float((u**2 - 2*u + 1)/(u + 1))
+    if kind == 8:  # jeffreys
+        return float(u*math.log(u) - math.log(u))
+    if kind == 9:  # alpha
+        return float((a*u - a - u + u**(1 - a))/(a*(a - 1)))
+    return math.nan
+
+@kernel
 def segment_root(kind, a, e, p_low, da, p_high, db):
     """The largest real delta with p_low f~(1 - da - delta/p_low) + p_high f~(1 + db + delta/p_high) = e.
 

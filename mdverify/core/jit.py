@@ -21,12 +21,12 @@ def options(parallel: bool = False, cache: bool = True, reassociate: bool = Fals
     return dict(cache=cache, error_model="numpy", nogil=True, parallel=parallel, fastmath=fastmath)
 
 
-def kernel(fn=None, *, parallel: bool = False, reassociate: bool = False):
+def kernel(fn=None, *, parallel: bool = False, reassociate: bool = False, cache: bool = True):
     """``@kernel``, ``@kernel(parallel=True)`` or ``@kernel(reassociate=True)``: njit with the
-    project's options."""
+    project's options; ``cache=False`` for code generated at run time, never cached on disk."""
 
     def compile_(f):
-        chosen = options(parallel, reassociate=reassociate)
+        chosen = options(parallel, cache=cache, reassociate=reassociate)
         dispatcher = njit(**chosen)(f)
         KERNELS.append((dispatcher, chosen))
         return dispatcher

@@ -8,9 +8,10 @@ in ``mdverify.api`` validate everything before it reaches a kernel.
 import numpy as np
 from numba import prange
 
-from mdverify.core._fgen import f_tilde, f_tilde_prime_at_inf
+from mdverify.core._fgen import f_tilde_prime_at_inf
 from mdverify.core.index import build_index
 from mdverify.core.jit import kernel
+from mdverify.core.terms import weighted_f_tilde
 from mdverify.core.select import select_walk
 from mdverify.core.walk import A, B, D, FILL, M, STATE_SIZE, duals, initial_state, walk
 
@@ -78,6 +79,12 @@ def mentor_row_select(p, q, eps, kind, alpha, r, out, work):
     across calls (a fresh allocation per call costs more than the solve at large n).
     """
     state, binding, q0, base = select_walk(p, q, eps, kind, alpha, work)
+    if not state[D] <= eps:
+        # Rounding at a degenerate end: where both sides' capacities agree to the last bits, the
+        # search's sums can place the end at a threshold whose D is over the budget (inf where
+        # f~(0) is). The walk only ever steps to points it has evaluated within the budget.
+        mentor_row(p, q, eps, kind, alpha, r, out)
+        return
     finish(q0, base, kind, alpha, eps, state, binding, p, q, r, out)
 
 
@@ -129,7 +136,7 @@ def divergence_row(r, p, kind, alpha):
         pi = np.float64(p[i])
         ri = np.float64(r[i])
         if pi > 0.0 and ri / pi < np.inf:
-            total += pi * f_tilde(kind, alpha, ri / pi)
+            total += weighted_f_tilde(kind, alpha, pi, ri / pi)
         elif ri > 0.0:
             total += ri * fpinf
     return total

@@ -24,7 +24,7 @@ from mdverify.core.walk import walk
 #: The functions a generated module provides, each taking (kind, a, ...).
 GENERATED = (
     "f_prime_at_one", "f_second_at_one", "f_tilde_at_zero", "f_tilde_prime_at_zero",
-    "f_tilde_prime_at_inf", "f_tilde", "f_tilde_prime", "segment_root",
+    "f_tilde_prime_at_inf", "f_tilde", "f_tilde_prime", "f_tilde_star", "segment_root",
 )
 
 

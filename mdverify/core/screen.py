@@ -25,8 +25,8 @@ import sys
 
 import numpy as np
 
-from mdverify.core._fgen import f_tilde
 from mdverify.core.jit import kernel
+from mdverify.core.terms import weighted_f_tilde
 
 _LITTLE_ENDIAN = sys.byteorder == "little"
 
@@ -190,5 +190,5 @@ def gather(p, q, flags, kind, alpha, positions, key, weight):
             weight[top - n_high] = pi
             n_high += 1
         else:
-            f_released[flag - RELEASED_LOW] += pi * f_tilde(kind, alpha, rho)
+            f_released[flag - RELEASED_LOW] += weighted_f_tilde(kind, alpha, pi, rho)
     return n_low, n_high, f_released[0], f_released[1]

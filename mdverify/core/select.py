@@ -34,6 +34,7 @@ import numpy as np
 from mdverify.core._fgen import f_tilde, f_tilde_prime_at_inf
 from mdverify.core.index import add_compensated, split_sides
 from mdverify.core.jit import kernel
+from mdverify.core.terms import weighted_f_tilde
 from mdverify.core.screen import flag_view, flagged, gather, inclusion, mark_sample, screen
 from mdverify.core.walk import A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, segment_point, solve_segment
 
@@ -187,7 +188,7 @@ def _locate(key, p, position, sums, s, m, scratch):
 def _released_sum(key, p, start, end, s, kind, alpha):
     total = 0.0
     for i in range(start, end):
-        total += p[i] * f_tilde(kind, alpha, s * key[i])
+        total += weighted_f_tilde(kind, alpha, p[i], s * key[i])
     return total
 
 
@@ -197,7 +198,7 @@ def _cost_bounds(kind, alpha, s, t, p_clip, f_exact, p_unsummed, moved_unsummed)
     ratio = s * t
     exact = f_exact
     if p_clip > 0.0:
-        exact += p_clip * f_tilde(kind, alpha, ratio)
+        exact += weighted_f_tilde(kind, alpha, p_clip, ratio)
     lower = exact
     upper = exact
     if p_unsummed > 0.0 and moved_unsummed > 0.0:
@@ -246,7 +247,7 @@ def _side_cost(key, p, position, sums, s, t, split, p_clip_extra, p_rel_extra, m
     value = sums[F_EXACT] + f_released + f_unsummed
     p_clip = sums[P_CLIP] + p_clip_extra
     if p_clip > 0.0:
-        value += p_clip * f_tilde(kind, alpha, s * t)
+        value += weighted_f_tilde(kind, alpha, p_clip, s * t)
     return value, value, f_released, f_unsummed
 
 
@@ -399,7 +400,7 @@ def _drafter_state(p, q, eps, kind, alpha):
             q0 += qi
             value += qi * fpinf
         elif qi != pi:
-            value += pi * f_tilde(kind, alpha, rho)
+            value += weighted_f_tilde(kind, alpha, pi, rho)
             if qi > pi:
                 capacity_high += pi * (rho - 1.0)
                 b = max(b, rho)
@@ -516,7 +517,7 @@ def _search(work, split, low_sums, high_sums, eps, kind, alpha):
         if feasible:
             if i == position[HI]:  # nothing lies above v: release the keys equal to v
                 i, _, p_right, moved_right = _partition(key, pp, position[LO], position[HI], v, s, True, scratch)
-                f_side = p_right * f_tilde(kind, alpha, s * v)
+                f_side = weighted_f_tilde(kind, alpha, p_right, s * v)
             _settle(position, side_sums, True, i, p_right, moved_right, v, summed, f_side + f_side_unsummed)
             _settle(oposition, osums, True, split, op_released, omoved_released, orel_min,
                     summed, f_other + f_other_unsummed)
@@ -566,7 +567,7 @@ def _search(work, split, low_sums, high_sums, eps, kind, alpha):
     if p_low > 0.0:
         d0 += p_low * f_tilde(kind, alpha, a0)
     if p_high > 0.0:
-        d0 += p_high * f_tilde(kind, alpha, b0)
+        d0 += weighted_f_tilde(kind, alpha, p_high, b0)
     elif fill0 > 0.0:
         d0 += fpinf * fill0
     state = np.zeros(STATE_SIZE, np.float64)
@@ -590,7 +591,7 @@ def _search(work, split, low_sums, high_sums, eps, kind, alpha):
             b_end = b_max if p_high > 0.0 and m_end >= m_high_end - tolerance else b
             end_value = f_low + p_low * f_tilde(kind, alpha, a_end) + f_high
             if p_high > 0.0:
-                end_value += p_high * f_tilde(kind, alpha, b_end)
+                end_value += weighted_f_tilde(kind, alpha, p_high, b_end)
             elif fill > 0.0:
                 end_value += fpinf * fill
             if end_value <= eps and (end_value < np.inf or value == np.inf):

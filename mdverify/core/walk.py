@@ -20,6 +20,7 @@ import numpy as np
 
 from mdverify.core._fgen import f_prime_at_one, f_tilde, f_tilde_prime, f_tilde_prime_at_inf, segment_root
 from mdverify.core.jit import kernel
+from mdverify.core.terms import weighted_f_tilde
 
 # Walk state layout.
 D, M, A, B, FILL, F_LOW, F_HIGH, K_LOW, K_HIGH = range(9)
@@ -50,7 +51,7 @@ def segment_point(delta, kind, alpha, f_low, p_low, a0, a_min, f_high, p_high, b
         b = b0 + delta / p_high
         if b > b_max:
             b = b_max
-        value += p_high * f_tilde(kind, alpha, b)
+        value += weighted_f_tilde(kind, alpha, p_high, b)
         slope += f_tilde_prime(kind, alpha, b)
     else:
         # Truncated-target tokens (p = 0) fill at the constant marginal cost f~'(inf).
@@ -170,7 +171,7 @@ def walk(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, e
             fill_end = q0 if high_event else fill + step
         d_end = state[F_LOW] + p_low * f_tilde(kind, alpha, a_end) + state[F_HIGH]
         if k_high > 0:
-            d_end += p_high * f_tilde(kind, alpha, b_end)
+            d_end += weighted_f_tilde(kind, alpha, p_high, b_end)
         elif fill_end > 0.0:
             d_end += fpinf * fill_end
         if d_end > eps:
@@ -198,7 +199,7 @@ def walk(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, e
             state[F_LOW] += low_p[k_low - 1] * f_tilde(kind, alpha, low_rho[k_low - 1])
             state[K_LOW] = k_low - 1
         if high_event and k_high > 0:
-            state[F_HIGH] += high_p[k_high - 1] * f_tilde(kind, alpha, high_rho[k_high - 1])
+            state[F_HIGH] += weighted_f_tilde(kind, alpha, high_p[k_high - 1], high_rho[k_high - 1])
             state[K_HIGH] = k_high - 1
         if step > 0.0 and rows < trace.shape[0]:
             trace[rows, :] = state
