@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mdverify.validate import as_pair
+
 
 @dataclass(frozen=True)
 class RuleOutput:
@@ -14,12 +16,23 @@ class RuleOutput:
 
 
 def one_row(p, q) -> tuple[np.ndarray, np.ndarray]:
-    """p and q as float64 vectors of the same shape (n,); rules take one row."""
-    p = np.asarray(p, np.float64)
-    q = np.asarray(q, np.float64)
-    if p.ndim != 1 or p.shape != q.shape:
-        raise ValueError(f"rules take one row: p and q of the same shape (n,), got {p.shape} and {q.shape}")
-    return p, q
+    """p and q as float64 vectors of the same shape (n,), checked as ``md.mentor`` checks them."""
+    p, q = as_pair(p, q)
+    if p.ndim != 1:
+        raise ValueError(f"rules take one row: p and q of shape (n,), got {p.shape}")
+    return p.astype(np.float64), q.astype(np.float64)
+
+
+def parameter(value, name: str, low: float = -np.inf, high: float = np.inf, open_low: bool = False) -> float:
+    """A rule's real parameter in [low, high] ((low, high] when ``open_low``), never nan."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a real number, got {value!r}") from None
+    if not (low < x if open_low else low <= x) or not x <= high:
+        interval = f"{'(' if open_low else '['}{low:g}, {high:g}]"
+        raise ValueError(f"{name} must lie in {interval}, got {value!r}")
+    return x
 
 
 def accept_or_residual(q: np.ndarray, accept: np.ndarray, residual: np.ndarray) -> RuleOutput:

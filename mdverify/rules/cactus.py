@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from mdverify.rules.base import RuleOutput, one_row
+from mdverify.rules.base import RuleOutput, one_row, parameter
 
 
 def _parts(p, q, delta: float):
     p, q = one_row(p, q)
-    if not delta >= 0:
-        raise ValueError(f"cactus needs delta >= 0, got {delta!r}")
+    delta = parameter(delta, "cactus's delta", 0.0, np.finfo(np.float64).max)
     gamma = np.minimum(1.0, p + np.sqrt(2.0 * delta * p * (1.0 - p)))
     rejected = np.maximum(q - gamma, 0.0)  # w_x
     with np.errstate(divide="ignore", invalid="ignore"):
