@@ -94,10 +94,78 @@ def test_user_alpha_matches_brute_force():
     ("t^2 - 2*t + 1", "parse"),
     ("7", "parse"),
     ("9**9**9", "parse"),
+    ("1e308*(t-1)**2", "parse"),  # f''(1) = 2e308 leaves float64
+    ("1e999*(t-1)**2", "parse"),  # 1e999 reads as inf
+    ("exp(" * 50 + "t" + ")" * 50, "parse"),  # nested beyond MAX_DEPTH: sympy's simplify would take minutes
 ])
 def test_refusals_name_the_failed_test(text, test):
     with pytest.raises(ValueError, match=re.escape(f"refused by the test '{test}'")):
         md.divergence(text)
+
+
+def test_text_that_would_take_sympy_minutes_is_refused_at_the_deadline(monkeypatch):
+    from mdverify.divergences import custom
+
+    monkeypatch.setattr(custom, "DEADLINE", 5.0)
+    for text in ("t**t - 1", "exp(exp(exp(t))) - exp(exp(E))"):  # minutes in the series, in the limits
+        with pytest.raises(ValueError, match=r"refused by the test 'time': .* longer than 5 s"):
+            md.divergence(text)
+
+
+def test_long_text_is_quoted_not_echoed():
+    for text in ("x" * 100_000, "t" + "+t" * 50_000):
+        with pytest.raises(ValueError) as info:
+            md.divergence(text)
+        assert len(str(info.value)) < 500 and "characters)" in str(info.value)
+
+
+def test_constants_beyond_int64_compile():
+    """sympy's exact rationals (1e-20 is 1/10**20) are printed as floats, which numba types."""
+    p, q = llm_rows(300, 2, seed=25)
+    scaled = md.mentor(p, q, 0.1, "1e-20*(t-1)**2")
+    np.testing.assert_allclose(scaled.acceptance, md.mentor(p, q, 0.1 * 1e20, "pearson").acceptance, rtol=0, atol=1e-10)
+    big = md.mentor(p, q, 0.1, "(t-1)**2*10**19")
+    np.testing.assert_allclose(big.acceptance, md.mentor(p, q, 0.1 / 1e19, "pearson").acceptance, rtol=0, atol=1e-10)
+
+
+def test_planted_cache_files_are_never_loaded(tmp_path):
+    """A pickle planted where numba keeps its cache index, and bytecode beside the generated
+    module, are not read: the module runs from its own hashed text, its kernels uncached."""
+    import pickle
+
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    code = ("import mdverify as md\n"
+            "md.mentor([0.7, 0.2, 0.1], [0.2, 0.5, 0.3], 0.1, '(t-1)**2/(t+3)')\n")
+    env = dict(__import__("os").environ, MDVERIFY_CACHE_DIR=str(tmp_path / "cache"))
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, capture_output=True)
+    folder = tmp_path / "cache" / "generators"
+    (module,) = folder.glob("mdverify_generator_*.py")
+    cache = folder / "__pycache__"
+    cache.mkdir(exist_ok=True)
+    for name in ("f_prime_at_one", "f_tilde", "segment_root"):
+        for index in range(30):
+            (cache / f"{module.stem}.{name}-{index}.py311.nbi").write_bytes(pickle.dumps(Payload()))
+    (cache / f"{module.stem}.cpython-311.pyc").write_bytes(b"planted")
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, capture_output=True)
+    assert not marker.exists()
+
+
+def test_a_cache_folder_others_can_write_is_refused(tmp_path, monkeypatch):
+    from mdverify.divergences.custom import cache_dir
+
+    shared = tmp_path / "shared"
+    (shared / "generators").mkdir(parents=True)
+    (shared / "generators").chmod(0o777)
+    monkeypatch.setenv("MDVERIFY_CACHE_DIR", str(shared))
+    with pytest.raises(PermissionError, match="no one else can write"):
+        cache_dir()
+    (shared / "generators").chmod(0o700)
+    assert cache_dir() == shared / "generators"
 
 
 def test_refusal_reaches_mentor():

@@ -1,62 +1,125 @@
 """User-defined generators: ``md.divergence("(t-1)*log(t)")`` and the kernels behind it.
 
-An expression is admitted by ``mdverify.symbolic.user.admit`` (which names the test a refused
-f fails), its kernels are generated into a module of their own under the cache directory
-(``MDVERIFY_CACHE_DIR``, else ``$XDG_CACHE_HOME/mdverify``, else ``~/.cache/mdverify``),
-imported from there, and the kernel stack is compiled against them on first use
-(``mdverify.core.rebind``). Everything is kept per expression for the life of the process;
-the generated files stay, named by a hash of the text they were generated from, so that
-they can be read.
+Text from users is untrusted, and sympy can take hours on some of it, so:
+
+- the text is parsed here (``mdverify.symbolic.user.parse_user``: nothing is evaluated, and
+  size, depth and numbers are bounded), then admitted and its kernels generated in a child
+  process that is stopped after ``DEADLINE`` seconds (``python -m mdverify.symbolic.user``);
+- the generated module is written, for people to read, into a private cache folder
+  (``MDVERIFY_CACHE_DIR``, else ``$XDG_CACHE_HOME/mdverify``, else ``~/.cache/mdverify``; a
+  folder that another user owns or can write is refused), named by a hash of its text;
+- the module is run from that text only after the file's hash matches its name, and its
+  kernels are never cached on disk, so nothing planted beside it (a bytecode or numba cache
+  file) is ever loaded;
+- every generated function is compiled and called once before the divergence is admitted.
+
+The kernel stack is then compiled against the module on first use (``mdverify.core.rebind``)
+and kept for the life of the process.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+import json
 import os
+import stat
+import subprocess
 import sys
 import tempfile
+import types
 from functools import lru_cache
 from pathlib import Path
 
 from mdverify.divergences.registry import Divergence
 
+#: Seconds that admitting one generator and generating its kernels may take.
+DEADLINE = 120.0
+PREFIX = "mdverify_generator_"
+
 
 def cache_dir() -> Path:
+    """The folder of generated modules, created private, refused unless private."""
     root = os.environ.get("MDVERIFY_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mdverify"
     path = Path(root) / "generators"
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError:
         path = Path(tempfile.gettempdir()) / f"mdverify-generators-{os.getuid()}"
-        path.mkdir(exist_ok=True)
+        path.mkdir(mode=0o700, exist_ok=True)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise PermissionError(f"the generator cache {path} must be a folder of this user that no one else can write "
+                              f"(it has owner uid {info.st_uid} and mode {stat.filemode(info.st_mode)}); "
+                              "set MDVERIFY_CACHE_DIR to such a folder")
     return path
+
+
+def _digest(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def _admit_in_child(text: str) -> tuple[str, str]:
+    """(expression, module source) of an admitted generator, computed within DEADLINE seconds."""
+    from mdverify.symbolic.user import refusal
+
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
+    try:
+        done = subprocess.run([sys.executable, "-m", "mdverify.symbolic.user"], input=text, capture_output=True,
+                              text=True, timeout=DEADLINE, env=env)
+    except subprocess.TimeoutExpired:
+        raise refusal(text, "time", f"admission and code generation took longer than {DEADLINE:g} s") from None
+    try:
+        answer = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        detail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise refusal(text, "admission", f"the admission process failed ({detail})") from None
+    if "refused" in answer:
+        raise ValueError(answer["refused"])
+    return answer["expression"], answer["source"]
 
 
 @lru_cache(maxsize=None)
 def user_divergence(text: str) -> Divergence:
     """The admitted divergence of generator text ``text`` (ValueError if refused)."""
-    import sympy as sp
+    from mdverify.symbolic.user import parse_user, refusal
 
-    from mdverify.symbolic.codegen import generator_source
-    from mdverify.symbolic.user import admit, refusal
-
-    derived = admit(text)
-    expression = sp.sstr(derived.f)
-    try:
-        source = generator_source(expression)
-    except ValueError as err:
-        raise refusal(text, "stable kernels", str(err)) from None
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    path = cache_dir() / f"mdverify_generator_{digest}.py"
+    parse_user(text)  # the quick refusals, without a process
+    expression, source = _admit_in_child(text)
+    path = cache_dir() / f"{PREFIX}{_digest(source)}.py"
     if not path.exists() or path.read_text() != source:
         partial = path.with_suffix(f".{os.getpid()}.tmp")
         partial.write_text(source)
-        os.replace(partial, path)  # atomic: concurrent processes never import half a file
-    entry = Divergence(name=text.strip(), expression=expression, formula=f"user-defined, f(t) = {expression}",
-                       kind=0, generated=str(path))
-    entry._symbolic["derived"] = derived
-    return entry
+        os.replace(partial, path)  # atomic: concurrent processes never read half a file
+    try:
+        _smoke_test(_module(str(path)))
+    except Exception as err:  # a generated function numba cannot compile or run: refuse, never crash later
+        raise refusal(text, "compile", f"{type(err).__name__}: {str(err).splitlines()[0][:200]}") from None
+    return Divergence(name=text.strip(), expression=expression, formula=f"user-defined, f(t) = {expression}",
+                      kind=0, generated=str(path))
+
+
+@lru_cache(maxsize=None)
+def _module(path: str) -> types.ModuleType:
+    """The generated module at ``path``, run from its text once that text's hash matches its name."""
+    source = Path(path).read_text()
+    name = Path(path).stem
+    if name != PREFIX + _digest(source):
+        raise PermissionError(f"{path} does not hold the text its name was made from; remove it and try again")
+    module = types.ModuleType(name)
+    module.__file__ = path
+    sys.modules[name] = module  # numba resolves a kernel's globals through its module
+    exec(compile(source, path, "exec"), module.__dict__)
+    return module
+
+
+def _smoke_test(module) -> None:
+    """Compile and call every generated function once."""
+    for fn, args in (("f_prime_at_one", ()), ("f_second_at_one", ()), ("f_tilde_at_zero", ()),
+                     ("f_tilde_prime_at_zero", ()), ("f_tilde_prime_at_inf", ()), ("f_tilde", (0.5,)),
+                     ("f_tilde", (2.0,)), ("f_tilde_prime", (0.5,)), ("f_tilde_prime", (2.0,)),
+                     ("f_tilde_star", (0.5,)), ("segment_root", (0.1, 0.5, 0.1, 0.5, 0.1))):
+        getattr(module, fn)(0, 0.0, *args)
 
 
 @lru_cache(maxsize=None)
@@ -64,9 +127,4 @@ def kernels(path: str):
     """The kernel stack for the generated module at ``path`` (compiled lazily, per signature)."""
     from mdverify.core.rebind import rebind
 
-    name = Path(path).stem
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return rebind(module)
+    return rebind(_module(path))

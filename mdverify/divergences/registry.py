@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mdverify.validate import quoted
+
 _REGISTRY: dict[str, "Divergence"] = {}
 _FAMILIES: list[str] = []
 
@@ -144,6 +146,6 @@ def lookup(name: str) -> Divergence:
     except KeyError:
         valid = ", ".join(names())
         raise ValueError(
-            f"unknown divergence {name!r}; valid names are: {valid}, md.alpha(a), "
+            f"unknown divergence {quoted(name)}; valid names are: {valid}, md.alpha(a), "
             "or a generator expression in t such as '(t-1)*log(t)'"
         ) from None

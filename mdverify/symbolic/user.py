@@ -20,11 +20,14 @@ A parsed f is admitted when it passes, in order (each refusal names its test):
 from __future__ import annotations
 
 import ast
+import json
 import math
+import sys
 
 import sympy as sp
 
 from mdverify.symbolic.derive import Derivation, derive, t
+from mdverify.validate import quoted
 
 FUNCTIONS = {
     "log": sp.log, "ln": sp.log, "exp": sp.exp, "sqrt": sp.sqrt, "Abs": sp.Abs, "abs": sp.Abs,
@@ -34,6 +37,12 @@ FUNCTIONS = {
 CONSTANTS = {"t": t, "pi": sp.pi, "E": sp.E, "e": sp.E}
 MAX_LENGTH = 500
 MAX_EXPONENT = 64
+#: Deepest nesting of operations and calls: exp(exp(exp(...))) costs sympy time exponential in it.
+MAX_DEPTH = 12
+#: Numbers in the text must lie within this range (or be 0): beyond it the derived quantities
+#: leave float64 (1e308 (t-1)**2 has f''(1) = 2e308).
+NUMBER_RANGE = (1e-100, 1e100)
+
 _BINARY = {
     ast.Add: lambda x, y: x + y,
     ast.Sub: lambda x, y: x - y,
@@ -46,7 +55,7 @@ _GRID = sorted(set([10.0 ** (k / 50) for k in range(-600, 601)] + [1 + k / 1000 
 
 
 def refusal(text: str, test: str, detail: str) -> ValueError:
-    return ValueError(f"divergence {text!r} refused by the test '{test}': {detail}")
+    return ValueError(f"divergence {quoted(text)} refused by the test '{test}': {detail}")
 
 
 def parse_user(text: str) -> sp.Expr:
@@ -57,14 +66,25 @@ def parse_user(text: str) -> sp.Expr:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as err:
         raise refusal(text, "parse", f"not an expression ({err.msg})") from None
+    depth = _depth(tree.body)
+    if depth > MAX_DEPTH:
+        raise refusal(text, "parse", f"nested {depth} deep; at most {MAX_DEPTH} levels of operations and calls")
     expr = _build(tree.body, text)
     if not expr.has(t):
         raise refusal(text, "parse", "the expression does not depend on t")
     return expr
 
 
+def _depth(node: ast.AST) -> int:
+    children = [child for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr)]
+    return 1 + max((_depth(child) for child in children), default=0)
+
+
 def _build(node: ast.AST, text: str) -> sp.Expr:
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        low, high = NUMBER_RANGE
+        if node.value != 0 and not low <= abs(node.value) <= high:  # also inf, which 1e999 parses to
+            raise refusal(text, "parse", f"the number {node.value!r} is outside [{low:g}, {high:g}] (or 0)")
         return sp.Integer(node.value) if isinstance(node.value, int) else sp.Rational(repr(node.value))
     if isinstance(node, ast.Name):
         if node.id not in CONSTANTS:
@@ -141,3 +161,29 @@ def _extended_real(value: sp.Expr) -> float | None:
         return None
     number = complex(sp.N(value))
     return number.real if number.imag == 0 and math.isfinite(number.real) else None
+
+
+def _main() -> int:
+    """Admit the generator text read from stdin; print its expression and generated module, or
+    its refusal, as one JSON object (``mdverify.divergences.custom`` runs this in a child
+    process, which it stops after a deadline)."""
+    from mdverify.symbolic.codegen import generator_source
+
+    text = sys.stdin.read()
+    try:
+        expression = sp.sstr(admit(text).f)
+        try:
+            source = generator_source(expression)
+        except Exception as err:  # any failure to find accurate float64 forms refuses f
+            raise refusal(text, "stable kernels", str(err)[:300]) from None
+        answer = {"expression": expression, "source": source}
+    except ValueError as err:
+        answer = {"refused": str(err)}
+    except Exception as err:  # sympy's own failures on odd input
+        answer = {"refused": str(refusal(text, "admission", f"{type(err).__name__}: {str(err)[:200]}"))}
+    print(json.dumps(answer))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
