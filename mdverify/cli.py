@@ -1,29 +1,69 @@
-"""The ``mdverify`` command line: ``report``, ``bench`` and ``solve``."""
+"""The ``mdverify`` command line: ``report``, ``bench`` and ``solve``.
+
+A user error (a missing file, a bad row, an unwritable output) prints one line and exits
+with status 2, before any long computation; it never ends in a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
+#: Where ``report --quick`` and ``bench --quick`` write unless told: beside the committed full
+#: report, never over it (ignored by git).
+QUICK_OUT = "reports/quick"
+
+
+class UsageError(Exception):
+    """A mistake in the command's arguments or files, reported in one line."""
+
 
 def _load(path: str, label: str) -> np.ndarray:
     file = Path(path)
-    if not file.exists():
-        raise SystemExit(f"mdverify: {label} file {path} does not exist")
+    if not file.is_file():
+        raise UsageError(f"{label} file {path} does not exist")
     try:
         if file.suffix == ".npy":
             return np.load(file, allow_pickle=False)
         if file.suffix == ".npz":
             with np.load(file, allow_pickle=False) as archive:
                 if len(archive.files) != 1:
-                    raise SystemExit(f"mdverify: {label} file {path} must hold exactly one array, has {archive.files}")
+                    raise UsageError(f"{label} file {path} must hold exactly one array, has {archive.files}")
                 return archive[archive.files[0]]
         return np.loadtxt(file, ndmin=1)
     except (ValueError, OSError) as exc:
-        raise SystemExit(f"mdverify: cannot read {label} file {path}: {exc}") from None
+        raise UsageError(f"cannot read {label} file {path}: {exc}") from None
+
+
+def _output_file(path: str) -> Path:
+    """Where ``solve --out`` writes: a .npy file in an existing, writable folder."""
+    file = Path(path)
+    if file.is_dir() or path.endswith(os.sep) or file.name in ("", ".", ".."):
+        raise UsageError(f"--out {path} is a folder; name a file such as {Path(path) / 'r.npy'}")
+    if file.suffix != ".npy":
+        file = file.with_name(file.name + ".npy")  # what np.save would write, said up front
+    folder = file.parent
+    if not folder.is_dir():
+        raise UsageError(f"--out {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (file.exists() and not os.access(file, os.W_OK)):
+        raise UsageError(f"--out {path}: {file} cannot be written")
+    return file
+
+
+def _output_folder(path: str) -> Path:
+    """A folder that exists (created if need be) and can be written, checked before any work."""
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {path}: cannot create the folder ({exc.strerror})") from None
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"--out {path}: the folder cannot be written")
+    return folder
 
 
 def _solve(args) -> int:
@@ -31,17 +71,17 @@ def _solve(args) -> int:
 
     p = _load(args.target, "target")
     q = _load(args.draft, "draft")
+    out = _output_file(args.out) if args.out else None
     try:
-        entry = md.alpha(float(args.divergence[6:-1])) if args.divergence.startswith("alpha(") else args.divergence
-        res = md.mentor(p, q, args.eps, entry)
+        res = md.mentor(p, q, args.eps, md.divergence(args.divergence))
     except ValueError as exc:
-        raise SystemExit(f"mdverify: {exc}") from None
+        raise UsageError(str(exc)) from None
     np.set_printoptions(precision=12)
     for field in ("acceptance", "moved_mass", "a", "b", "lam", "mu", "divergence_value"):
         print(f"{field:>16}: {getattr(res, field)}")
-    if args.out:
-        np.save(args.out, res.r)
-        print(f"{'r':>16}: written to {args.out}")
+    if out is not None:
+        np.save(out, res.r)
+        print(f"{'r':>16}: written to {out}")
     else:
         print(f"{'r':>16}: {res.r}")
     return 0
@@ -50,7 +90,8 @@ def _solve(args) -> int:
 def _report(args) -> int:
     from mdverify.report import build_report
 
-    path = build_report(args.out, quick=args.quick)
+    folder = _output_folder(args.out or (QUICK_OUT if args.quick else "reports"))
+    path = build_report(folder, quick=args.quick)
     print(f"wrote {path}")
     return 0
 
@@ -59,12 +100,13 @@ def _bench(args) -> int:
     from mdverify.bench.run import run
     from mdverify.report.build import SCALING_TITLE, replace_section
 
-    _, text = run(args.out, quick=args.quick)
-    print(f"wrote {Path(args.out) / 'bench.md'}, bench.json and scaling.png")
-    report = Path(args.out) / "REPORT.md"
+    folder = _output_folder(args.out or (QUICK_OUT if args.quick else "reports"))
+    _, text = run(folder, quick=args.quick)
+    report = folder / "REPORT.md"
     if report.exists():
         replace_section(report, SCALING_TITLE, text)
         print(f"rewrote the scaling section of {report}")
+    print(f"wrote {folder / 'bench.md'}, bench.json and scaling.png")
     return 0
 
 
@@ -73,26 +115,30 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
 
     report = commands.add_parser("report", help="run the verification measurements and write REPORT.md with plots")
-    report.add_argument("--quick", action="store_true", help="smaller instances (a few minutes on 2 cores)")
-    report.add_argument("--out", default="reports", help="output folder (default: reports)")
+    report.add_argument("--quick", action="store_true", help="smaller instances (about two minutes on 2 cores)")
+    report.add_argument("--out", help=f"output folder (default: reports, or {QUICK_OUT} with --quick)")
     report.set_defaults(run=_report)
 
     bench = commands.add_parser("bench", help="run the benchmarks; rewrite the report's scaling section")
     bench.add_argument("--quick", action="store_true", help="n up to 2^17 and small batches (under a minute)")
-    bench.add_argument("--out", default="reports", help="output folder (default: reports)")
+    bench.add_argument("--out", help=f"output folder (default: reports, or {QUICK_OUT} with --quick)")
     bench.set_defaults(run=_bench)
 
     solve = commands.add_parser("solve", help="the optimal mentored distribution of target/draft rows")
     solve.add_argument("--target", required=True, help="target probabilities p (.npy, .npz or text), shape (..., n)")
     solve.add_argument("--draft", required=True, help="drafter probabilities q, same shape")
-    solve.add_argument("--eps", required=True, type=float, help="budget, >= 0")
+    solve.add_argument("--eps", required=True, type=float, help="budget, >= 0 (inf for none)")
     solve.add_argument("--divergence", default="kl",
                        help="registry name, alpha(a), or a generator in t such as '(t-1)*log(t)' (default: kl)")
     solve.add_argument("--out", help="write r here (.npy) instead of printing it")
     solve.set_defaults(run=_solve)
 
     args = parser.parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except UsageError as exc:
+        print(f"mdverify: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

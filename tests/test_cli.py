@@ -32,15 +32,59 @@ def test_solve_alpha_family(tmp_path, capsys):
     assert f"acceptance: {md.mentor(P, Q, 0.1, md.alpha(0.3)).acceptance}" in capsys.readouterr().out
 
 
-def test_solve_errors_are_clear(tmp_path):
-    with pytest.raises(SystemExit, match="does not exist"):
-        main(["solve", "--target", str(tmp_path / "missing.npy"), "--draft", "x.npy", "--eps", "0.1"])
+def fails(capsys, argv, message):
+    """A user error: one line on stderr naming the problem, exit status 2, no traceback."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("mdverify: ") and message in err, err
+
+
+def test_solve_errors_are_clear(tmp_path, capsys):
+    p_file, bad = tmp_path / "p.npy", tmp_path / "bad.npy"
+    np.save(p_file, P)
+    np.save(bad, np.array([0.5, 0.6, -0.1]))
+    solve = ["solve", "--target", str(p_file), "--draft", str(p_file), "--eps", "0.1"]
+    fails(capsys, ["solve", "--target", str(tmp_path / "missing.npy"), "--draft", "x.npy", "--eps", "0.1"],
+          "does not exist")
+    fails(capsys, ["solve", "--target", str(p_file), "--draft", str(bad), "--eps", "0.1"], "q has a negative entry")
+    fails(capsys, solve + ["--divergence", "nope"], "unknown divergence")
+    fails(capsys, solve + ["--divergence", "alpha(0.25"], "was never closed")
+    fails(capsys, solve + ["--divergence", "alpha(0.05)"], "|a - 0| >= 0.12")
+    fails(capsys, solve + ["--out", "/nonexistent/r.npy"], "the folder /nonexistent does not exist")
+    fails(capsys, solve + ["--out", str(tmp_path)], "is a folder")
+    fails(capsys, solve + ["--out", "."], "is a folder")
+
+
+def test_solve_names_the_file_it_writes(tmp_path, capsys):
     np.save(tmp_path / "p.npy", P)
-    np.save(tmp_path / "bad.npy", np.array([0.5, 0.6, -0.1]))
-    with pytest.raises(SystemExit, match="q has a negative entry"):
-        main(["solve", "--target", str(tmp_path / "p.npy"), "--draft", str(tmp_path / "bad.npy"), "--eps", "0.1"])
-    with pytest.raises(SystemExit, match="unknown divergence"):
-        main(["solve", "--target", str(tmp_path / "p.npy"), "--draft", str(tmp_path / "p.npy"), "--eps", "0.1", "--divergence", "nope"])
+    np.save(tmp_path / "q.npy", Q)
+    assert main(["solve", "--target", str(tmp_path / "p.npy"), "--draft", str(tmp_path / "q.npy"), "--eps", "0.1",
+                 "--divergence", "alpha(0.25)", "--out", str(tmp_path / "r")]) == 0
+    assert f"written to {tmp_path / 'r.npy'}" in capsys.readouterr().out
+    np.testing.assert_array_equal(np.load(tmp_path / "r.npy"), md.mentor(P, Q, 0.1, md.alpha(0.25)).r)
+
+
+def test_report_checks_its_folder_before_computing(tmp_path, capsys, monkeypatch):
+    import mdverify.report
+    from mdverify import cli
+
+    monkeypatch.setattr(mdverify.report, "build_report", lambda *a, **k: pytest.fail("computed before checking"))
+    (tmp_path / "file").write_text("")
+    fails(capsys, ["bench", "--out", str(tmp_path / "file" / "sub")], "cannot create the folder")
+    monkeypatch.setattr(cli.os, "access", lambda path, mode: False)  # a read-only folder, even for root
+    fails(capsys, ["report", "--quick", "--out", str(tmp_path)], "the folder cannot be written")
+
+
+def test_quick_runs_write_beside_the_committed_report(monkeypatch, tmp_path, capsys):
+    import mdverify.report
+    from mdverify.cli import QUICK_OUT
+
+    written = []
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(mdverify.report, "build_report", lambda out, quick: written.append((str(out), quick)) or out / "R.md")
+    assert main(["report", "--quick"]) == 0
+    assert written == [(QUICK_OUT, True)]
+    assert capsys.readouterr().out.strip().splitlines()[-1] == f"wrote {QUICK_OUT}/R.md"
 
 
 def test_report_quick_writes_sections_and_plots(tmp_path):

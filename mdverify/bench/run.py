@@ -24,7 +24,7 @@ from mdverify.bench.peer import peer_sampler
 from mdverify.core import mentor as kernels
 from mdverify.core.index import build_index
 from mdverify.core.jit import kernel
-from mdverify.report.environment import stamp
+from mdverify.bench.environment import stamp
 from mdverify.workloads import llm_rows
 
 REFERENCE_N = 131072

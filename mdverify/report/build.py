@@ -10,7 +10,7 @@ from tqdm import tqdm
 
 import mdverify as md
 from mdverify.report import sections
-from mdverify.report.environment import stamp
+from mdverify.bench.environment import stamp
 
 SCALING_TITLE = "Complexity scaling"
 SECTIONS = (
