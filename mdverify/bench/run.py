@@ -1,4 +1,7 @@
-"""Side-by-side timings of SPEC section 8, written as JSON, a log-log plot and a Markdown table.
+"""Side-by-side timings of SPEC section 8, written as JSON, plots and a Markdown table.
+
+The headline is the distribution over row families (``bench.families``); the scaling with n
+and the contract's ratios at the reference row follow.
 
 Every ratio compares two timings taken in the same process, one after the other, on the same
 rows: the machines are shared and noisy, so absolute times mean little and ratios are what the
@@ -246,8 +249,9 @@ def markdown(result: dict, plot_name: str) -> str:
     """The scaling section: plot, slopes, contract ratios, peer accuracy, cvxpy, batches."""
     info = result["stamp"]
     lines = [
-        f"Measured on {info['machine']}, {info['date']}, commit {info['commit']}; kernel-level timings, "
-        f"best of repeated loops, ratios taken side by side in one run (`mdverify bench`).",
+        f"Scaling with n, on LLM-like rows (`llm_rows`). Measured on {info['machine']}, {info['date']}, "
+        f"commit {info['commit']}; kernel-level timings, best of repeated loops, ratios taken side by side in one "
+        "run (`mdverify bench`).",
         "",
         f"![time per row against n]({plot_name})",
         "",
@@ -305,10 +309,13 @@ def run(out_dir: str | Path = "reports", quick: bool = False) -> tuple[dict, str
     matplotlib.use("Agg")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    from mdverify.bench import families
+
     ns = 2 ** np.arange(10, 18 if quick else 21)
-    steps = len(ns) + 4
+    steps = len(ns) + 4 + len(families.FAMILIES)
     with tqdm(total=steps, desc="bench", unit="step") as bar:
         result = {"stamp": stamp(), "quick": quick, "scaling": scaling(ns, bar)}
+        result["families"] = families.run(2**14 if quick else REFERENCE_N, quick=quick, bar=bar)
         result["reference"] = reference_ratios()
         bar.update()
         result["peer"] = peer_comparison()
@@ -318,7 +325,8 @@ def run(out_dir: str | Path = "reports", quick: bool = False) -> tuple[dict, str
         result["batches"] = batches(REFERENCE_N, (1, 4, 16) if quick else (1, 4, 16, 64, 256), 16 if quick else 64)
         bar.update()
     plot_scaling(result["scaling"], out_dir / "scaling.png")
-    text = markdown(result, "scaling.png")
+    families.plot(result["families"], out_dir / "families.png")
+    text = families.markdown(result["families"], "families.png") + "\n\n" + markdown(result, "scaling.png")
     (out_dir / "bench.json").write_text(json.dumps(result, indent=1))
     (out_dir / "bench.md").write_text("# mdverify benchmarks\n\n" + text + "\n")
     return result, text
