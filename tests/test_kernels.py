@@ -51,3 +51,22 @@ def test_mentor_row_select_from_njit_with_a_workspace():
     res = md.mentor(p, q, 0.02, entry, method="select")
     np.testing.assert_array_equal(R, res.r)
     np.testing.assert_array_equal(out[:, FIELDS.index("lam")], res.lam)
+
+
+def test_caches_of_changed_kernel_sources_are_dropped(tmp_path, monkeypatch):
+    """numba keys a cache on its kernel's own file; a change to any kernel source drops them all."""
+    from mdverify.core import jit
+
+    package = tmp_path / "pkg"
+    (package / "__pycache__").mkdir(parents=True)
+    (package / "a.py").write_text("@kernel\ndef f(x):\n    return x\n")
+    cached = package / "__pycache__" / "a.f-1.py311.nbi"
+    monkeypatch.setattr(jit, "PACKAGE", package)
+    monkeypatch.setattr(jit, "STAMP", package / "__pycache__" / "stamp")
+    jit.drop_stale_caches()
+    cached.write_bytes(b"compiled against the sources as they are")
+    jit.drop_stale_caches()
+    assert cached.exists()  # nothing changed: kept
+    (package / "a.py").write_text("@kernel\ndef f(x):\n    return x + 1\n")
+    jit.drop_stale_caches()
+    assert not cached.exists()

@@ -10,10 +10,41 @@ Every kernel is recorded in ``KERNELS``, in definition order, so that ``core.reb
 compile the stack again against the generated functions of a user-defined generator.
 """
 
+import hashlib
+from pathlib import Path
+
 from numba import njit
 
 #: (dispatcher, options) of every kernel, in the order they were defined.
 KERNELS: list = []
+#: The package whose kernels are cached beside their sources, and the stamp of those sources.
+PACKAGE = Path(__file__).resolve().parents[1]
+STAMP = PACKAGE / "__pycache__" / "numba-kernel-sources.sha256"
+
+
+def drop_stale_caches() -> None:
+    """Remove numba's on-disk caches of the package's kernels unless every kernel's source is
+    as it was when they were written.
+
+    numba keys a cached kernel on its own file alone, so a kernel whose callee (in another
+    file) changed would load machine code compiled against the old callee: wrong results, or
+    a crash, after an upgrade or an edit. One digest over every file that defines kernels
+    closes that gap; a read-only install, where numba caches elsewhere, is left as it is.
+    """
+    sources = sorted(path for path in PACKAGE.rglob("*.py") if "@kernel" in path.read_text())
+    digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()
+    try:
+        if STAMP.exists() and STAMP.read_text() == digest:
+            return
+        for cached in PACKAGE.rglob("__pycache__/*.nb[ic]"):
+            cached.unlink(missing_ok=True)
+        STAMP.parent.mkdir(exist_ok=True)
+        STAMP.write_text(digest)
+    except OSError:
+        pass
+
+
+drop_stale_caches()
 
 
 def options(parallel: bool = False, cache: bool = True, reassociate: bool = False) -> dict:
