@@ -165,7 +165,7 @@ def _keep_budget_after_rounding(entry: Divergence, P, Q, R, fields, budgets) -> 
         while step < 1.0:
             theta = budgets[i] / values[i] * (1.0 - step)
             candidate = (p + theta * (r - p)).astype(R.dtype)
-            value = float(divergence_value(entry, candidate, P[i]))
+            value = float(entry.value(candidate, P[i]))
             if value <= budgets[i]:
                 break
             step *= _STEP_GROWTH
@@ -178,17 +178,6 @@ def _keep_budget_after_rounding(entry: Divergence, P, Q, R, fields, budgets) -> 
         fields[i, kernels.FIELDS.index("acceptance")] = np.minimum(rounded, q).sum()
         fields[i, kernels.FIELDS.index("moved_mass")] = np.maximum(rounded - p, 0.0).sum()
     fields[:, kernels.FIELDS.index("divergence_value")] = values
-
-
-def divergence_value(entry: Divergence, r, p) -> np.ndarray:
-    """:math:`D_f(r \\| p)` over the last axis (see :meth:`Divergence.value`)."""
-    r, p = as_pair(r, p, labels=("r", "p"))
-    check_ratios(p, r, labels=("p", "r"))
-    n = p.shape[-1]
-    out = np.empty(int(np.prod(p.shape[:-1], dtype=np.int64)), np.float64)
-    entry.kernels.divergence_rows(np.ascontiguousarray(r.reshape(-1, n)), np.ascontiguousarray(p.reshape(-1, n)),
-                                  entry.kind, entry.param, out)
-    return out.reshape(p.shape[:-1])[()]  # a scalar for one row
 
 
 @dataclass(frozen=True)

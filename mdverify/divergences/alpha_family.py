@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 
 from mdverify.divergences.registry import Divergence, register_family
+from mdverify.generators import ALPHA as EXPRESSION  # the generator, with ``a`` symbolic
 
-#: The generator with the family parameter ``a`` left symbolic (used by code generation).
-EXPRESSION = "(t**a - a*t - (1 - a))/(a*(a - 1))"
 KIND = register_family("alpha")
 #: The members whose kernels are accurate to 1e-12 relative, and finite up to the float
 #: maximum wherever their value is (``tests/test_codegen.py``, at these edges): a in A_RANGE,

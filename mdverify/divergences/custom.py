@@ -10,7 +10,7 @@ Text from users is untrusted, and sympy can take hours on some of it, so:
   folder that another user owns or can write is refused), named by a hash of its text;
 - the module is run from that text only after the file's hash matches its name, and its
   kernels are never cached on disk, so nothing planted beside it (a bytecode or numba cache
-  file) is ever loaded;
+  file) is ever loaded (``mdverify.core.generated``);
 - every generated function is compiled and called once before the divergence is admitted.
 
 The kernel stack is then compiled against the module on first use (``mdverify.core.rebind``)
@@ -19,22 +19,20 @@ and kept for the life of the process.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
 import subprocess
 import sys
 import tempfile
-import types
 from functools import lru_cache
 from pathlib import Path
 
+from mdverify.core.generated import PREFIX, digest, load, smoke_test
 from mdverify.divergences.registry import Divergence
 
 #: Seconds that admitting one generator and generating its kernels may take.
 DEADLINE = 120.0
-PREFIX = "mdverify_generator_"
 
 
 def cache_dir() -> Path:
@@ -52,10 +50,6 @@ def cache_dir() -> Path:
                               f"(it has owner uid {info.st_uid} and mode {stat.filemode(info.st_mode)}); "
                               "set MDVERIFY_CACHE_DIR to such a folder")
     return path
-
-
-def _digest(source: str) -> str:
-    return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
 def _admit_in_child(text: str) -> tuple[str, str]:
@@ -86,45 +80,14 @@ def user_divergence(text: str) -> Divergence:
 
     parse_user(text)  # the quick refusals, without a process
     expression, source = _admit_in_child(text)
-    path = cache_dir() / f"{PREFIX}{_digest(source)}.py"
+    path = cache_dir() / f"{PREFIX}{digest(source)}.py"
     if not path.exists() or path.read_text() != source:
         partial = path.with_suffix(f".{os.getpid()}.tmp")
         partial.write_text(source)
         os.replace(partial, path)  # atomic: concurrent processes never read half a file
     try:
-        _smoke_test(_module(str(path)))
+        smoke_test(load(str(path)))
     except Exception as err:  # a generated function numba cannot compile or run: refuse, never crash later
         raise refusal(text, "compile", f"{type(err).__name__}: {str(err).splitlines()[0][:200]}") from None
     return Divergence(name=text.strip(), expression=expression, formula=f"user-defined, f(t) = {expression}",
                       kind=0, generated=str(path))
-
-
-@lru_cache(maxsize=None)
-def _module(path: str) -> types.ModuleType:
-    """The generated module at ``path``, run from its text once that text's hash matches its name."""
-    source = Path(path).read_text()
-    name = Path(path).stem
-    if name != PREFIX + _digest(source):
-        raise PermissionError(f"{path} does not hold the text its name was made from; remove it and try again")
-    module = types.ModuleType(name)
-    module.__file__ = path
-    sys.modules[name] = module  # numba resolves a kernel's globals through its module
-    exec(compile(source, path, "exec"), module.__dict__)
-    return module
-
-
-def _smoke_test(module) -> None:
-    """Compile and call every generated function once."""
-    for fn, args in (("f_prime_at_one", ()), ("f_second_at_one", ()), ("f_tilde_at_zero", ()),
-                     ("f_tilde_prime_at_zero", ()), ("f_tilde_prime_at_inf", ()), ("f_tilde", (0.5,)),
-                     ("f_tilde", (2.0,)), ("f_tilde_prime", (0.5,)), ("f_tilde_prime", (2.0,)),
-                     ("f_tilde_star", (0.5,)), ("segment_root", (0.1, 0.5, 0.1, 0.5, 0.1))):
-        getattr(module, fn)(0, 0.0, *args)
-
-
-@lru_cache(maxsize=None)
-def kernels(path: str):
-    """The kernel stack for the generated module at ``path`` (compiled lazily, per signature)."""
-    from mdverify.core.rebind import rebind
-
-    return rebind(_module(path))

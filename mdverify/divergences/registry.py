@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mdverify.validate import quoted
+from mdverify.validate import as_pair, check_ratios, quoted
 
 _REGISTRY: dict[str, "Divergence"] = {}
 _FAMILIES: list[str] = []
@@ -72,7 +72,7 @@ class Divergence:
             from mdverify.core.rebind import STANDARD
 
             return STANDARD
-        from mdverify.divergences.custom import kernels
+        from mdverify.core.generated import kernels
 
         return kernels(self.generated)
 
@@ -114,9 +114,13 @@ class Divergence:
         >>> float(md.divergence("tv").value([0.5, 0.5], [0.25, 0.75]))
         0.25
         """
-        from mdverify.api import divergence_value
-
-        return divergence_value(self, r, p)
+        r, p = as_pair(r, p, labels=("r", "p"))
+        check_ratios(p, r, labels=("p", "r"))
+        n = p.shape[-1]
+        out = np.empty(int(np.prod(p.shape[:-1], dtype=np.int64)), np.float64)
+        self.kernels.divergence_rows(np.ascontiguousarray(r.reshape(-1, n)), np.ascontiguousarray(p.reshape(-1, n)),
+                                     self.kind, self.param, out)
+        return out.reshape(p.shape[:-1])[()]  # a scalar for one row
 
 
 def register(name: str, expression: str, formula: str) -> Divergence:

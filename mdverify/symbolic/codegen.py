@@ -16,8 +16,7 @@ from pathlib import Path
 import sympy as sp
 from sympy.printing.pycode import PythonCodePrinter
 
-from mdverify.divergences import alpha_family
-from mdverify.divergences import registry
+from mdverify import generators
 from mdverify.symbolic.derive import Derivation, derive, parse_generator, t, u
 from mdverify.symbolic.derive import a as derive_a
 
@@ -203,13 +202,7 @@ def above_one_form(direct: sp.Expr, star: sp.Expr, scaled: bool, kinked: bool) -
 
 def _families() -> list[tuple[str, str]]:
     """(name, generator text) in kind order."""
-    out = []
-    for name in registry._FAMILIES:
-        if name == "alpha":
-            out.append((name, alpha_family.EXPRESSION))
-        else:
-            out.append((name, registry.lookup(name).expression))
-    return out
+    return [(name, expression) for name, (expression, _) in generators.STANDARD.items()] + [("alpha", generators.ALPHA)]
 
 
 def _branches(bodies: list[tuple[str, str]], skip_missing: bool = False, in_t: bool = True) -> list[str]:
