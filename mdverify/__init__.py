@@ -23,6 +23,10 @@ _EXPORTS = {
     "frontier": "mdverify.api",
     "mentor": "mdverify.api",
     "verify": "mdverify.verification",
+    "Allocation": "mdverify.prices",
+    "ChainPlan": "mdverify.prices",
+    "allocate": "mdverify.prices",
+    "plan_chain": "mdverify.prices",
 }
 
 #: Subpackages reachable as attributes (``md.rules``, ``md.theory``) without an import.

@@ -13,7 +13,7 @@ from mdverify.core.index import build_index
 from mdverify.core.walk import D, M, STATE_SIZE
 from mdverify.divergences import Divergence
 from mdverify.divergences import divergence as lookup
-from mdverify.validate import as_budgets, as_pair, check_ratios
+from mdverify.validate import as_budgets, as_pair, as_prices, check_ratios
 
 METHODS = ("auto", "sorted", "select")
 #: Row length from which "auto" uses the sort-free solver (measured by ``benchmarks/``).
@@ -91,7 +91,7 @@ def _solver(method: str, n: int) -> int:
     return kernels.SELECT
 
 
-def mentor(p, q, eps, divergence: str | Divergence = "kl", method: str = "auto") -> MentorResult:
+def mentor(p, q, eps=None, divergence: str | Divergence = "kl", method: str = "auto", *, price=None) -> MentorResult:
     """The optimal mentored distribution for every row.
 
     Solves, row by row,
@@ -114,6 +114,12 @@ def mentor(p, q, eps, divergence: str | Divergence = "kl", method: str = "auto")
         The solver. "sorted" walks the C5 index (O(n log n) per row); "select" finds the same
         optimum without sorting, by partitioning around ratio pivots (expected O(n));
         "auto" takes "select" from n = AUTO_SELECT_MIN_N on, where it is measured faster.
+    price : float or array_like broadcastable to (...), optional
+        Instead of ``eps`` (exactly one of the two): a price nu > 0 per row (inf allowed), and
+        each row maximises :math:`A(r) - \\nu D_f(r \\| p)`, the point of its frontier with
+        slope dA/deps = nu (SPEC section 10). ``lam`` is then nu where r stops between p and
+        its limit, and ``divergence_value`` the budget that price buys. Price solves walk the
+        sorted index whatever the method.
 
     Returns
     -------
@@ -131,13 +137,20 @@ def mentor(p, q, eps, divergence: str | Divergence = "kl", method: str = "auto")
     check_ratios(p, q)
     batch_shape = p.shape[:-1]
     n = p.shape[-1]
-    budgets = as_budgets(eps, batch_shape)
+    if (eps is None) == (price is None):
+        raise ValueError("give exactly one of eps (a budget per row) and price (a price per row)")
     P = np.ascontiguousarray(p.reshape(-1, n))
     Q = np.ascontiguousarray(q.reshape(-1, n))
     R = np.empty_like(P)
     fields = np.empty((P.shape[0], len(kernels.FIELDS)), np.float64)
     solver = _solver(method, n)
-    entry.kernels.mentor_rows(P, Q, budgets, entry.kind, entry.param, solver, R, fields, _workspace(solver, P.shape[0], n))
+    if price is None:
+        budgets = as_budgets(eps, batch_shape)
+        entry.kernels.mentor_rows(P, Q, budgets, entry.kind, entry.param, solver, R, fields,
+                                  _workspace(solver, P.shape[0], n))
+    else:
+        entry.kernels.price_rows(P, Q, as_prices(price, batch_shape), entry.kind, entry.param, R, fields)
+        budgets = fields[:, kernels.FIELDS.index("divergence_value")].copy()  # what each price bought
     if R.dtype != np.float64:
         _keep_budget_after_rounding(entry, P, Q, R, fields, budgets)
     return _result(R.reshape(p.shape), fields, batch_shape)

@@ -127,3 +127,20 @@ def as_budgets(eps, batch_shape: tuple[int, ...]) -> np.ndarray:
         row = int(np.argmax(bad))
         raise ValueError(f"{_row_name('eps', batch_shape, row)} is {flat[row]}; budgets must be >= 0 (inf allowed), not nan")
     return np.ascontiguousarray(flat)
+
+
+def as_prices(price, batch_shape: tuple[int, ...]) -> np.ndarray:
+    """Prices broadcast to the batch shape, as float64; each > 0 (inf allowed), never nan."""
+    if np.asarray(price).dtype.kind not in "iuf":
+        raise ValueError(f"price must be a number or an array of numbers, got {price!r}")
+    arr = np.asarray(price, dtype=np.float64)
+    try:
+        arr = np.broadcast_to(arr, batch_shape)
+    except ValueError:
+        raise ValueError(f"price of shape {arr.shape} does not broadcast to the batch shape {batch_shape}") from None
+    flat = arr.reshape(-1)
+    bad = ~(flat > 0)
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise ValueError(f"{_row_name('price', batch_shape, row)} is {flat[row]}; prices must be > 0 (inf allowed), not nan")
+    return np.ascontiguousarray(flat)

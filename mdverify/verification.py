@@ -7,11 +7,12 @@ import numpy as np
 from mdverify.api import _solver, _workspace
 from mdverify.divergences import Divergence
 from mdverify.divergences import divergence as lookup
-from mdverify.validate import as_budgets, as_distributions, check_ratios
+from mdverify.prices import chain_shapes, plan_chain
+from mdverify.validate import as_budgets, check_ratios
 
 
-def verify(target_probs, draft_probs, draft_token_ids, eps, divergence: str | Divergence = "kl", seed=None,
-           uniforms=None, method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+def verify(target_probs, draft_probs, draft_token_ids, eps=None, divergence: str | Divergence = "kl", seed=None,
+           uniforms=None, method: str = "auto", *, price=None) -> tuple[np.ndarray, np.ndarray]:
     """Verify drafted chains with the mentored distribution of every position.
 
     Parameters
@@ -22,8 +23,8 @@ def verify(target_probs, draft_probs, draft_token_ids, eps, divergence: str | Di
         Drafter distributions the tokens were drawn from.
     draft_token_ids : array_like of int, shape (B, k)
         Drafted tokens; a row whose draft is shorter ends with -1 entries.
-    eps : float or array_like of shape (B,)
-        Budget per row (>= 0; 0 is lossless speculative sampling).
+    eps : float, array_like of shape (B,) or (B, k)
+        Budget per row or per position (>= 0; 0 is lossless speculative sampling).
     divergence : str or Divergence
     seed : int, optional
         Seed of the uniforms (ignored when ``uniforms`` is given).
@@ -32,6 +33,9 @@ def verify(target_probs, draft_probs, draft_token_ids, eps, divergence: str | Di
         draws the replacement token (or, at j = k, the bonus token).
     method : {"auto", "sorted", "select"}
         The solver of each position's mentored distribution (see ``md.mentor``).
+    price : float or array_like of shape (B,), optional
+        Instead of ``eps``: one price per chain, whose budgets ``md.plan_chain`` sets
+        (position j at the effective price nu / (1 + V_{j+1}); SPEC section 10).
 
     Returns
     -------
@@ -49,18 +53,18 @@ def verify(target_probs, draft_probs, draft_token_ids, eps, divergence: str | Di
     ([[1, 1]], [1])
     """
     entry = lookup(divergence)
-    target = as_distributions(target_probs, "target_probs")
-    draft = as_distributions(draft_probs, "draft_probs")
-    if target.ndim != 3 or draft.ndim != 3:
-        raise ValueError(f"target_probs must have shape (B, k + 1, n) and draft_probs (B, k, n), got "
-                         f"{target.shape} and {draft.shape}")
+    target, draft = chain_shapes(target_probs, draft_probs)
     rows, positions, n = draft.shape
-    if target.shape != (rows, positions + 1, n):
-        raise ValueError(f"target_probs must have shape (B, k + 1, n) = {(rows, positions + 1, n)} to match "
-                         f"draft_probs {draft.shape}, got {target.shape}")
     check_ratios(target[:, :positions], draft, labels=("target_probs", "draft_probs"))
     tokens = _token_ids(draft_token_ids, draft, (rows, positions))
-    budgets = as_budgets(eps, (rows,))
+    if (eps is None) == (price is None):
+        raise ValueError("give exactly one of eps (a budget per row or position) and price (a price per chain)")
+    if price is not None:
+        budgets = plan_chain(target, draft, price, entry).eps
+    else:
+        per_row = np.asarray(eps).ndim == 1  # (B,): one budget for each row's positions
+        budgets = as_budgets(np.asarray(eps)[:, None] if per_row else eps, (rows, positions))
+        budgets = budgets.reshape(rows, positions)
     u = _uniforms(seed, uniforms, (rows, positions + 1, 2))
     dtype = np.result_type(target.dtype, draft.dtype)
     target = np.ascontiguousarray(target, dtype)
@@ -68,7 +72,7 @@ def verify(target_probs, draft_probs, draft_token_ids, eps, divergence: str | Di
     out = np.empty((rows, positions + 1), np.int64)
     accepted = np.empty(rows, np.int64)
     solver = _solver(method, n)
-    entry.kernels.verify_rows(target, draft, tokens, budgets, entry.kind, entry.param, solver, u,
+    entry.kernels.verify_rows(target, draft, tokens, np.ascontiguousarray(budgets), entry.kind, entry.param, solver, u,
                               out, accepted, _workspace(solver, rows, n))
     return out, accepted
 

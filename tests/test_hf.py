@@ -328,3 +328,11 @@ def test_statistics_are_reproducible_from_a_seed(pair):
     b = generate(target, drafter, ids, k=2, eps=0.1, max_new_tokens=6, seed=12)
     assert torch.equal(a.sequences, b.sequences)
     assert (a.stats.accepted == b.stats.accepted).all()
+
+
+def test_generate_by_price(pair):
+    target, drafter = pair
+    out = generate(target, drafter, torch.tensor([PROMPT] * 8), k=3, price=[0.5, 2.0] * 4, max_new_tokens=6, seed=3)
+    assert (out.num_new_tokens == 6).all()
+    with pytest.raises(ValueError, match="exactly one"):
+        generate(target, drafter, torch.tensor([PROMPT]), k=3, eps=0.1, price=1.0, max_new_tokens=2)

@@ -90,7 +90,7 @@ def test_verify_rows_from_njit():
     def run(target, draft, tokens, u, kind, alpha):
         out = np.empty((target.shape[0], target.shape[1]), np.int64)
         accepted = np.empty(target.shape[0], np.int64)
-        verify_rows(target, draft, tokens, np.full(target.shape[0], 0.05), kind, alpha, SORTED, u, out,
+        verify_rows(target, draft, tokens, np.full(tokens.shape, 0.05), kind, alpha, SORTED, u, out,
                     accepted, np.empty((1, 4, target.shape[2])))
         return out, accepted
 
@@ -98,3 +98,21 @@ def test_verify_rows_from_njit():
     expected = md.verify(target, draft, tokens, 0.05, "kl", uniforms=u, method="sorted")
     np.testing.assert_array_equal(out, expected[0])
     np.testing.assert_array_equal(accepted, expected[1])
+
+
+def test_budgets_per_position_and_prices():
+    """eps of shape (B, k) budgets each position; price= verifies with md.plan_chain's budgets."""
+    from mdverify.workloads import llm_rows
+
+    p, q = llm_rows(200, 12, seed=31)
+    target, draft = p[:9].reshape(3, 3, -1), q[:6].reshape(3, 2, -1)
+    tokens = draft.argmax(-1)
+    per_row = md.verify(target, draft, tokens, [0.01, 0.1, 1.0], seed=4)
+    per_position = md.verify(target, draft, tokens, np.repeat([[0.01], [0.1], [1.0]], 2, axis=1), seed=4)
+    np.testing.assert_array_equal(per_row[0], per_position[0])
+    plan = md.plan_chain(target, draft, 2.0, "hellinger")
+    by_price = md.verify(target, draft, tokens, divergence="hellinger", price=2.0, seed=4)
+    by_plan = md.verify(target, draft, tokens, plan.eps, "hellinger", seed=4)
+    np.testing.assert_array_equal(by_price[0], by_plan[0])
+    with pytest.raises(ValueError, match="exactly one"):
+        md.verify(target, draft, tokens, 0.1, price=2.0, seed=4)

@@ -8,12 +8,12 @@ in ``mdverify.api`` validate everything before it reaches a kernel.
 import numpy as np
 from numba import prange
 
-from mdverify.core._fgen import f_tilde_prime_at_inf
+from mdverify.core._fgen import f_prime_at_one, f_tilde_prime, f_tilde_prime_at_inf
 from mdverify.core.index import build_index
 from mdverify.core.jit import kernel
 from mdverify.core.terms import weighted_f_tilde
 from mdverify.core.select import select_walk
-from mdverify.core.walk import A, B, D, FILL, M, STATE_SIZE, duals, initial_state, walk
+from mdverify.core.walk import A, B, D, FILL, M, STATE_SIZE, duals, initial_state, walk, walk_to_price
 
 #: Field order of the vectors returned by ``mentor_row`` and written by ``mentor_rows``.
 FIELDS = ("acceptance", "moved_mass", "a", "b", "lam", "mu", "divergence_value")
@@ -115,6 +115,31 @@ def mentor_rows(P, Q, eps, kind, alpha, method, R, out, work):
     for c in prange(chunks):
         for i in range(c * rows // chunks, (c + 1) * rows // chunks):
             mentor_row_by(method, P[i], Q[i], eps[i], kind, alpha, R[i], out[i], work[c])
+
+
+@kernel
+def price_row(p, q, price, kind, alpha, r, out):
+    """The maximiser of A(r) - price D_f(r || p) for one row (SPEC section 10), by the sorted index.
+
+    Writes r and the fields of ``FIELDS``: lam = price where the price stops the moved mass
+    between 0 and m_max (the frontier point of slope price), 0 where r reaches its limit
+    m_max; divergence_value is the budget eps* = D_f(r || p) that this price buys.
+    """
+    index = build_index(p, q)
+    state = initial_state(index[0].size, index[3].size)
+    inside, _, _ = walk_to_price(index[0], index[1], index[2], index[3], index[4], index[5], index[6], kind, alpha,
+                                 price, state)
+    finish(index[6], index[7], kind, alpha, np.inf, state, inside, p, q, r, out)
+    if inside:  # the exact multiplier of the priced problem, not its bisection's rounding
+        out[4] = price
+        out[5] = -(f_tilde_prime(kind, alpha, state[A]) + f_prime_at_one(kind, alpha)) * price
+
+
+@kernel(parallel=True)
+def price_rows(P, Q, prices, kind, alpha, R, out):
+    """``price_row`` for every row of 2-d P, Q in parallel (each row from its own inputs alone)."""
+    for i in prange(P.shape[0]):
+        price_row(P[i], Q[i], prices[i], kind, alpha, R[i], out[i])
 
 
 @kernel

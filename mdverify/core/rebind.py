@@ -17,7 +17,7 @@ from typing import NamedTuple
 from numba import njit
 
 from mdverify.core import _fgen, jit
-from mdverify.core.mentor import divergence_rows, finish, frontier_trace, mentor_rows
+from mdverify.core.mentor import divergence_rows, finish, frontier_trace, mentor_rows, price_rows
 from mdverify.core.verify import verify_rows
 from mdverify.core.walk import walk
 
@@ -32,6 +32,7 @@ class Kernels(NamedTuple):
     """The entry points the Python API calls, for one generated module."""
 
     mentor_rows: object
+    price_rows: object
     divergence_rows: object
     frontier_trace: object
     walk: object
@@ -80,6 +81,6 @@ def rebind(module) -> Kernels:
 
 #: The kernels of the registered divergences (``core._fgen``).
 STANDARD = Kernels(
-    mentor_rows, divergence_rows, frontier_trace, walk, finish, verify_rows,
+    mentor_rows, price_rows, divergence_rows, frontier_trace, walk, finish, verify_rows,
     _fgen.f_tilde_at_zero, _fgen.f_prime_at_one, _fgen.f_tilde_prime_at_inf, _fgen.f_second_at_one,
 )

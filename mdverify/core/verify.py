@@ -41,8 +41,9 @@ def draw(weights, u):
 def verify_row(target, draft, tokens, eps, kind, alpha, method, uniforms, out_tokens, r, fields, residual, work):
     """Chain verification of one row; returns the number of accepted draft tokens.
 
-    target: (k + 1, n), draft: (k, n), tokens: (k,) int64 with -1 padding at the end;
-    out_tokens: (k + 1,) receives the emitted tokens, -1 after the last; r, residual: (n,)
+    target: (k + 1, n), draft: (k, n), tokens: (k,) int64 with -1 padding at the end; eps: (k,)
+    float64, the budget of each position; out_tokens: (k + 1,) receives the emitted tokens, -1
+    after the last; r, residual: (n,)
     float64 scratch; fields: (7,) float64 scratch; work: (4, n) float64 workspace.
     """
     k = tokens.size
@@ -52,7 +53,7 @@ def verify_row(target, draft, tokens, eps, kind, alpha, method, uniforms, out_to
         if x < 0:  # the draft ended early: the bonus comes from the target at this position
             out_tokens[j] = draw(target[j], uniforms[j, 1])
             return j
-        mentor_row_by(method, target[j], draft[j], eps, kind, alpha, r, fields, work)
+        mentor_row_by(method, target[j], draft[j], eps[j], kind, alpha, r, fields, work)
         qx = np.float64(draft[j, x])
         if uniforms[j, 0] * qx < r[x]:  # accept with probability min(1, r(x) / q(x))
             out_tokens[j] = x
@@ -68,7 +69,7 @@ def verify_row(target, draft, tokens, eps, kind, alpha, method, uniforms, out_to
 
 @kernel(parallel=True)
 def verify_rows(target, draft, tokens, eps, kind, alpha, method, uniforms, out_tokens, num_accepted, work):
-    """``verify_row`` over a batch (B rows) in parallel; ``work`` has shape (chunks, 4, n)."""
+    """``verify_row`` over a batch (B rows) in parallel; eps has shape (B, k), ``work`` (chunks, 4, n)."""
     rows = target.shape[0]
     chunks = work.shape[0]
     n = target.shape[2]

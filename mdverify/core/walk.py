@@ -124,6 +124,29 @@ def solve_segment(eps, length, d0, kind, alpha, f_low, p_low, a0, a_min, f_high,
 
 
 @kernel
+def solve_slope(limit, length, kind, alpha, f_low, p_low, a0, a_min, f_high, p_high, b0, b_max, fpinf, fill0):
+    """The largest delta in [0, length] with dD/dm(delta) <= ``limit``, by bisection.
+
+    The slope f~'(b) - f~'(a) (f~'(inf) - f~'(a) while tokens with p = 0 fill) is
+    non-decreasing in delta, D being convex; requires it to exceed ``limit`` at ``length``.
+    """
+    lo = 0.0
+    hi = length
+    for _ in range(2000):
+        if hi - lo <= 4e-16 * hi:
+            break
+        x = lo + 0.5 * (hi - lo)
+        if not lo < x < hi:
+            break
+        _, slope, _, _, _ = segment_point(x, kind, alpha, f_low, p_low, a0, a_min, f_high, p_high, b0, b_max, fpinf, fill0)
+        if slope <= limit:
+            lo = x
+        else:
+            hi = x
+    return lo
+
+
+@kernel
 def walk(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps, state, trace):
     """Advance ``state`` in place until D would exceed ``eps`` or m reaches m_max.
 
@@ -133,6 +156,23 @@ def walk(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, e
     counts loop iterations, each of which retires at least one token or ends the walk, so
     steps <= n_low + n_high + 2 (the O(n) bound of SPEC C5, checked in proofs_checks).
     """
+    return advance(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps, np.inf, state, trace)
+
+
+@kernel
+def walk_to_price(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, price, state):
+    """Advance ``state`` to the frontier point of slope ``price`` = dA/dD (SPEC section 10).
+
+    The maximiser of A(r) - price D_f(r || p) moves mass while dD/dm = f'(b) - f'(a) stays
+    at most 1 / price; returns (stopped_inside, rows, steps) as ``walk`` does.
+    """
+    return advance(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, np.inf, 1.0 / price, state,
+                   np.empty((0, STATE_SIZE), np.float64))
+
+
+@kernel
+def advance(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps, slope_limit, state, trace):
+    """``walk`` to the first of the budget ``eps`` and the marginal cost ``slope_limit`` = dD/dm."""
     fpinf = f_tilde_prime_at_inf(kind, alpha)
     h0_open = q0 > 0.0 and fpinf < np.inf
     rows = 0
@@ -174,11 +214,19 @@ def walk(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, e
             d_end += weighted_f_tilde(kind, alpha, p_high, b_end)
         elif fill_end > 0.0:
             d_end += fpinf * fill_end
-        if d_end > eps:
-            delta = solve_segment(
-                eps, step, state[D], kind, alpha, state[F_LOW], p_low, a, a_next,
-                state[F_HIGH], p_high, b, b_next, fpinf, fill,
-            )
+        over_slope = False
+        if slope_limit < np.inf:
+            high_slope = f_tilde_prime(kind, alpha, b_end) if k_high > 0 else fpinf
+            over_slope = high_slope - f_tilde_prime(kind, alpha, a_end) > slope_limit
+        if d_end > eps or over_slope:
+            if over_slope:
+                delta = solve_slope(slope_limit, step, kind, alpha, state[F_LOW], p_low, a, a_next,
+                                    state[F_HIGH], p_high, b, b_next, fpinf, fill)
+            else:
+                delta = solve_segment(
+                    eps, step, state[D], kind, alpha, state[F_LOW], p_low, a, a_next,
+                    state[F_HIGH], p_high, b, b_next, fpinf, fill,
+                )
             value, _, a_at, b_at, fill_at = segment_point(
                 delta, kind, alpha, state[F_LOW], p_low, a, a_next,
                 state[F_HIGH], p_high, b, b_next, fpinf, fill,

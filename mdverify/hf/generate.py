@@ -28,7 +28,7 @@ from mdverify.api import _solver
 from mdverify.divergences import Divergence
 from mdverify.divergences import divergence as lookup
 from mdverify.hf.logits import probabilities, shared_vocabulary
-from mdverify.validate import as_budgets
+from mdverify.validate import as_budgets, as_prices
 from mdverify.verification import verify
 
 
@@ -178,7 +178,7 @@ def _timed(seconds: dict, name: str, device):
     seconds[name] += time.perf_counter() - start
 
 
-def generate(target, drafter, input_ids, *, k: int, eps, divergence: str | Divergence = "kl",
+def generate(target, drafter, input_ids, *, k: int, eps=None, price=None, divergence: str | Divergence = "kl",
              max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
              attention_mask=None, eos_token_id=None, seed: int | None = None, method: str = "auto",
              pad_token_id: int | None = None) -> GenerateOutput:
@@ -196,6 +196,9 @@ def generate(target, drafter, input_ids, *, k: int, eps, divergence: str | Diver
     eps : float or array_like of shape (B,)
         Budget per sequence, :math:`D_f(r_t \\| p_t) \\le \\varepsilon` at every position;
         0 is lossless speculative sampling.
+    price : float or array_like of shape (B,)
+        Instead of ``eps``: one price per sequence; every step's chain takes the budgets of
+        ``md.plan_chain`` at that price (SPEC section 10).
     divergence : str or Divergence
     max_new_tokens : int
     temperature, top_k, top_p
@@ -221,9 +224,14 @@ def generate(target, drafter, input_ids, *, k: int, eps, divergence: str | Diver
     rows = ids.shape[0]
     k = _positive_int(k, "k")
     max_new_tokens = _positive_int(max_new_tokens, "max_new_tokens")
+    if (eps is None) == (price is None):
+        raise ValueError("give exactly one of eps (a budget per sequence) and price (a price per sequence)")
     if isinstance(eps, torch.Tensor):
         eps = eps.detach().cpu().numpy()
-    budgets = as_budgets(eps, (rows,))
+    if isinstance(price, torch.Tensor):
+        price = price.detach().cpu().numpy()
+    budgets = None if eps is None else as_budgets(eps, (rows,))
+    prices = None if price is None else as_prices(price, (rows,))
     entry = lookup(divergence)
     _solver(method, 1)
     processors = _logits_processors(temperature, top_k, top_p)
@@ -279,7 +287,7 @@ def generate(target, drafter, input_ids, *, k: int, eps, divergence: str | Diver
                 p = distribution(logits).cpu().numpy()
                 q = torch.stack(draft_probs, dim=1).cpu().numpy()
                 out, accepted = verify(p, q, drafts.cpu().numpy(), budgets, entry,
-                                       uniforms=rng.random((rows, k + 1, 2)), method=method)
+                                       uniforms=rng.random((rows, k + 1, 2)), method=method, price=prices)
 
             for b in np.flatnonzero(active):
                 steps += 1

@@ -241,3 +241,30 @@ def solve_primal(p, q, eps: float, entry: Divergence, attempts=ATTEMPTS) -> Orac
     if solution is not None:
         return solution
     raise OracleFailure(f"cvxpy could not solve P({entry.name}, {eps}): " + "; ".join(failures))
+
+
+def solve_allocation(P, Q, total: float, entry: Divergence, weights=None) -> tuple[float, np.ndarray]:
+    """The joint problem of ``md.allocate`` for small rows with p > 0: max sum_j A(r_j) subject to
+    sum_j w_j D_f(r_j || p_j) <= total, each r_j in the simplex, in the ratio variables t = r / p.
+
+    Returns (total acceptance, budgets D_f(r_j || p_j)); raises OracleFailure if no solver
+    reaches "optimal".
+    """
+    import cvxpy as cp
+
+    P, Q = np.asarray(P, np.float64), np.asarray(Q, np.float64)
+    w = np.ones(P.shape[0]) if weights is None else np.asarray(weights, np.float64)
+    t = cp.Variable(P.shape, nonneg=True)
+    r = cp.multiply(P, t)
+    spend = cp.sum(cp.multiply(P, generator(entry, t)), axis=1)
+    problem = cp.Problem(cp.Maximize(cp.sum(cp.minimum(r, Q))), [cp.sum(r, axis=1) == 1, w @ spend <= total])
+
+    def accept(label, seconds):
+        if problem.status != "optimal":
+            return None, problem.status
+        return (float(problem.value), np.asarray(spend.value, np.float64)), ""
+
+    result, failures = solve_in_turn(problem, ATTEMPTS, accept)
+    if result is None:
+        raise OracleFailure("; ".join(failures))
+    return result

@@ -1,0 +1,45 @@
+"""pytest-benchmark of budgets by price (SPEC section 10) beside the budget solves they replace.
+
+``pytest benchmarks/test_prices.py``: a price solve against an eps solve of the same rows, the
+chain-aware ``md.verify(price=...)`` against ``md.verify(eps=...)`` (B = 64, k = 4, n = 32768),
+and ``md.allocate`` of 64 rows of n = 131072 against solving them at fixed budgets.
+"""
+
+import numpy as np
+import pytest
+
+import mdverify as md
+from mdverify.workloads import llm_rows
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return llm_rows(131072, 64, seed=5)
+
+
+@pytest.mark.parametrize("how", ["eps, auto", "eps, sorted", "price"])
+def test_row_solve(benchmark, rows, how):
+    P, Q = rows
+    benchmark.group = "64 rows, n = 131072, kl"
+    calls = {"eps, auto": lambda: md.mentor(P, Q, 0.05), "eps, sorted": lambda: md.mentor(P, Q, 0.05, method="sorted"),
+             "price": lambda: md.mentor(P, Q, price=5.0)}
+    benchmark(calls[how])
+
+
+@pytest.mark.parametrize("how", ["eps", "price"])
+def test_verify(benchmark, how):
+    p, q = llm_rows(32768, 64 * 9, seed=6)
+    target, draft = p[: 64 * 5].reshape(64, 5, -1), q[: 64 * 4].reshape(64, 4, -1)
+    tokens = draft.argmax(-1)
+    benchmark.group = "md.verify, B = 64, k = 4, n = 32768"
+    calls = {"eps": lambda: md.verify(target, draft, tokens, 0.05, seed=0),
+             "price": lambda: md.verify(target, draft, tokens, price=5.0, seed=0)}
+    benchmark(calls[how])
+
+
+@pytest.mark.parametrize("how", ["fixed budgets", "allocate"])
+def test_allocate(benchmark, rows, how):
+    P, Q = rows
+    benchmark.group = "64 rows, n = 131072, total 64 * 0.05"
+    calls = {"fixed budgets": lambda: md.mentor(P, Q, 0.05), "allocate": lambda: md.allocate(P, Q, 64 * 0.05)}
+    benchmark.pedantic(calls[how], rounds=2, iterations=1)
