@@ -92,12 +92,12 @@ def test_report_quick_writes_sections_and_plots(tmp_path):
 
     path = build_report(tmp_path, quick=True)
     text = path.read_text()
-    assert text.count("\n## ") == 8
+    assert text.count("\n## ") == 9
     assert "Commit:" in text and "Machine:" in text
     assert "select / numpy sort" in text and (tmp_path / "bench.json").exists()
     assert "verification us/position" in text  # the decoders section ran, with torch installed
     for png in ("frontiers.png", "truncation.png", "scaling.png", "beating.png", "tv_geometry.png", "ngram.png",
-                "rules.png", "small_budgets.png", "decoding_step.png"):
+                "rules.png", "small_budgets.png", "decoding_step.png", "prices.png"):
         assert (tmp_path / png).stat().st_size > 10_000
 
 

@@ -20,6 +20,7 @@ SECTIONS = (
     ("Beating the target", sections.beating_the_target),
     ("TV geometry", sections.tv_geometry),
     ("The reverse_kl truncation caveat", sections.truncation),
+    ("Budgets by price", sections.prices),
     ("Decoders: one step of mdverify.hf.generate", sections.decoders),
     ("The divergence table, derived by sympy", sections.divergence_table),
 )

@@ -78,3 +78,76 @@ def evaluate(eps: float, divergence, rows=None, k: int = 4, calls: int = 200) ->
             cross_entropy_r=float(-np.mean(np.log(r[picked, truth]))),
             cross_entropy_p=float(-np.mean(np.log(P[picked, truth]))),
         )
+
+
+@dataclass(frozen=True)
+class DraftedCall:
+    """One target call of the loop: the k + 1 target rows, the k drafter rows and the k drafts."""
+
+    targets: np.ndarray  # (k + 1, n)
+    drafts: np.ndarray  # (k, n)
+    proposed: np.ndarray  # (k,)
+
+
+def drafted_calls(k: int = 4, calls: int = 200, seed: int = 0) -> list[DraftedCall]:
+    """The calls ``tokens_per_call`` makes, drawn once so that every verification policy sees the same ones."""
+    vocab, target, drafter, held_out = target_and_drafter()
+    rng = np.random.default_rng(seed)
+    out = []
+    for call in range(calls):
+        doc = vocab.ids(held_out[call % len(held_out)])
+        context = list(doc[: rng.integers(0, max(len(doc), 1))])
+        drafts, proposed = [], []
+        for _ in range(k):
+            q = drafter.distribution(context + proposed)
+            drafts.append(q)
+            proposed.append(int(rng.choice(q.size, p=q)))
+        targets = [target.distribution(context + proposed[:j]) for j in range(k + 1)]
+        out.append(DraftedCall(np.array(targets), np.array(drafts), np.array(proposed)))
+    return out
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    policy: str  # "eps", "flat price" (every position at nu) or "chain price" (md.plan_chain)
+    value: float  # the eps or the price
+    tokens_per_call: float
+    spent_per_token: float  # sum of D_f(r_t || p_t) over the emitted tokens, per emitted token
+    log_ratio_per_call: float  # mean of sum_t log(r_t(x_t) / p_t(x_t)) over the emitted tokens
+    log_ratio_stderr: float
+    planned_per_call: float  # mean of sum_t D_f(r_t || p_t) over the positions that emitted
+
+
+def run_policy(calls: list[DraftedCall], policy: str, value: float, divergence="kl", seed: int = 1) -> PolicyResult:
+    """Verify every call with one budget policy (SPEC section 10) and measure what it spends.
+
+    Each emitted token is distributed as its position's r (C10), so the mean of the summed
+    log(r/p) along the paths estimates the sequence-level KL(R || P) for kl (the chain rule),
+    whose expectation is the summed budgets of the emitted positions.
+    """
+    rng = np.random.default_rng(seed)
+    emitted, spent = 0, 0.0
+    log_ratios = []
+    for call in calls:
+        targets, drafts = call.targets[None], call.drafts[None]
+        if policy == "chain price":
+            budgets = md.plan_chain(targets, drafts, value, divergence).eps[0]
+        elif policy == "flat price":
+            budgets = md.mentor(call.targets[:-1], call.drafts, price=value, divergence=divergence).divergence_value
+        elif policy == "eps":
+            budgets = np.full(len(call.proposed), value)
+        else:
+            raise ValueError(f"unknown policy {policy!r}; valid: 'eps', 'flat price', 'chain price'")
+        res = md.mentor(call.targets[:-1], call.drafts, budgets, divergence)
+        out, accepted = md.verify(targets, drafts, call.proposed[None], budgets[None], divergence,
+                                  seed=int(rng.integers(1 << 31)))
+        reached = min(int(accepted[0]) + 1, len(call.proposed))  # positions whose r emitted (the bonus is p's)
+        tokens = out[0, :reached]
+        emitted += int(accepted[0]) + 1
+        spent += float(res.divergence_value[:reached].sum())
+        with np.errstate(divide="ignore"):
+            log_ratios.append(float(np.sum(np.log(res.r[np.arange(reached), tokens])
+                                           - np.log(call.targets[np.arange(reached), tokens]))))
+    log_ratios = np.array(log_ratios)
+    return PolicyResult(policy, float(value), emitted / len(calls), spent / emitted, float(log_ratios.mean()),
+                        float(log_ratios.std(ddof=1) / np.sqrt(len(calls))), spent / len(calls))
