@@ -5,7 +5,6 @@ chain-aware ``md.verify(price=...)`` against ``md.verify(eps=...)`` (B = 64, k =
 and ``md.allocate`` of 64 rows of n = 131072 against solving them at fixed budgets.
 """
 
-import numpy as np
 import pytest
 
 import mdverify as md

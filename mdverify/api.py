@@ -243,6 +243,7 @@ class RatioIndex:
         self._arrays = build_index(p, q)
         self.base = float(self._arrays[7])
         self._traces: dict[Divergence, np.ndarray] = {}
+        self._slopes: dict[Divergence, np.ndarray] = {}
 
     @property
     def tv(self) -> float:
@@ -263,6 +264,21 @@ class RatioIndex:
         state = trace[row].copy()
         binding, _, steps = entry.kernels.walk(*self._arrays[:7], entry.kind, entry.param, eps, state, np.empty((0, STATE_SIZE)))
         return state, binding, steps
+
+    def budget_at_price(self, divergence: str | Divergence, price: float) -> float:
+        """The budget D_f(r || p) of this row's frontier point of slope ``price`` (``md.mentor(price=)``).
+
+        From the cached frontier: the last breakpoint whose slope dD/dm is at most 1 / price is
+        found by bisection and the walk resumed there, so a query costs O(log n) plus one segment.
+        """
+        entry = lookup(divergence)
+        trace = self._trace(entry)
+        if entry not in self._slopes:
+            self._slopes[entry] = entry.kernels.trace_slopes(trace, entry.kind, entry.param)
+        row = max(int(np.searchsorted(self._slopes[entry], 1.0 / price, side="right")) - 1, 0)
+        state = trace[row].copy()
+        entry.kernels.walk_to_price(*self._arrays[:7], entry.kind, entry.param, price, state)
+        return float(state[D])
 
     def frontier(self, divergence: str | Divergence = "kl") -> Frontier:
         """Breakpoints (eps_k, acceptance_k) of the frontier, with finite eps_k."""

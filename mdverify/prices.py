@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mdverify.api import mentor
+from mdverify.api import RatioIndex, mentor
 from mdverify.divergences import Divergence
 from mdverify.divergences import divergence as lookup
 from mdverify.validate import as_distributions, as_pair, as_prices
@@ -130,8 +130,9 @@ TOTAL_TOLERANCE = 1e-13
 def allocate(P, Q, total: float, divergence: str | Divergence = "kl", weights=None) -> Allocation:
     """Budgets eps_j maximising sum_j A_j(eps_j) subject to sum_j w_j eps_j <= total.
 
-    The price nu is found by bisection on log nu (each step solves every row at price nu w_j)
-    until the weighted budgets add up to ``total`` within TOTAL_TOLERANCE relative; where a
+    The price nu is found by bisection on log nu until the weighted budgets add up to ``total``
+    within TOTAL_TOLERANCE relative, each step reading every row's budget at price nu w_j off
+    its frontier (``RatioIndex.budget_at_price``, built once per row); where a
     row's budget jumps at the final price (tv, whose frontier is a straight line), the rest of
     the total goes to the rows that jump, in proportion to their jumps.
 
@@ -157,36 +158,37 @@ def allocate(P, Q, total: float, divergence: str | Divergence = "kl", weights=No
         if w is None or w.shape != (rows,) or not np.all(w > 0) or not np.all(np.isfinite(w)):
             raise ValueError(f"weights must be {rows} finite numbers > 0, one per row, got {weights!r}")
 
-    def at(nu: float):
-        res = mentor(p, q, price=nu * w, divergence=entry)
-        return res, float(np.sum(w * res.divergence_value))
-
     unlimited = mentor(p, q, np.inf, entry)
     if np.sum(w * unlimited.divergence_value) <= total:  # the total does not bind: every row at its limit
         return Allocation(unlimited.divergence_value, unlimited.acceptance, 0.0, float(unlimited.acceptance.sum()))
     if total == 0:
         lossless = mentor(p, q, 0.0, entry)
         return Allocation(np.zeros(rows), lossless.acceptance, np.inf, float(lossless.acceptance.sum()))
+    indexes = [RatioIndex(p[j], q[j]) for j in range(rows)]  # each price then costs O(log n) per row
+
+    def budgets(nu: float) -> np.ndarray:
+        return np.array([index.budget_at_price(entry, nu * w[j]) for j, index in enumerate(indexes)])
+
     lo, hi = 1.0, 1.0  # lo spends more than the total, hi no more
-    while at(lo)[1] <= total:
+    while w @ budgets(lo) <= total:
         lo /= 16.0
-    while at(hi)[1] > total:
+    while w @ budgets(hi) > total:
         hi *= 16.0
     for _ in range(200):
         mid = np.sqrt(lo * hi)
         if not lo < mid < hi:
             break
-        res, spent = at(mid)
+        spent = w @ budgets(mid)
         if spent > total:
             lo = mid
         else:
             hi = mid
             if total - spent <= TOTAL_TOLERANCE * total:
                 break
-    res, spent = at(hi)
-    eps = res.divergence_value.copy()
+    eps = budgets(hi)
+    spent = w @ eps
     if total - spent > TOTAL_TOLERANCE * total:  # budgets that jump at the price: share the rest
-        jump = np.maximum(at(lo)[0].divergence_value - eps, 0.0)
-        eps += jump * min((total - spent) / float(np.sum(w * jump)), 1.0)
-        res = mentor(p, q, eps, entry)
+        jump = np.maximum(budgets(lo) - eps, 0.0)
+        eps += jump * min((total - spent) / float(w @ jump), 1.0)
+    res = mentor(p, q, eps, entry)
     return Allocation(eps, res.acceptance, float(hi), float(res.acceptance.sum()))

@@ -13,7 +13,7 @@ from mdverify.core.index import build_index
 from mdverify.core.jit import kernel
 from mdverify.core.terms import weighted_f_tilde
 from mdverify.core.select import select_walk
-from mdverify.core.walk import A, B, D, FILL, M, STATE_SIZE, duals, initial_state, walk, walk_to_price
+from mdverify.core.walk import A, B, D, FILL, K_HIGH, M, STATE_SIZE, duals, initial_state, walk, walk_to_price
 
 #: Field order of the vectors returned by ``mentor_row`` and written by ``mentor_rows``.
 FIELDS = ("acceptance", "moved_mass", "a", "b", "lam", "mu", "divergence_value")
@@ -150,6 +150,17 @@ def frontier_trace(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind
     trace[0, :] = state
     _, rows, _ = walk(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, np.inf, state, trace[1:])
     return trace[: rows + 1].copy()
+
+
+@kernel
+def trace_slopes(trace, kind, alpha):
+    """dD/dm as the walk leaves each state of a frontier trace: non-decreasing along it (D is convex)."""
+    fpinf = f_tilde_prime_at_inf(kind, alpha)
+    out = np.empty(trace.shape[0], np.float64)
+    for i in range(trace.shape[0]):
+        high = f_tilde_prime(kind, alpha, trace[i, B]) if trace[i, K_HIGH] > 0 else fpinf
+        out[i] = high - f_tilde_prime(kind, alpha, trace[i, A])
+    return out
 
 
 @kernel

@@ -17,9 +17,9 @@ from typing import NamedTuple
 from numba import njit
 
 from mdverify.core import _fgen, jit
-from mdverify.core.mentor import divergence_rows, finish, frontier_trace, mentor_rows, price_rows
+from mdverify.core.mentor import divergence_rows, finish, frontier_trace, mentor_rows, price_rows, trace_slopes
 from mdverify.core.verify import verify_rows
-from mdverify.core.walk import walk
+from mdverify.core.walk import walk, walk_to_price
 
 #: The functions a generated module provides, each taking (kind, a, ...).
 GENERATED = (
@@ -35,7 +35,9 @@ class Kernels(NamedTuple):
     price_rows: object
     divergence_rows: object
     frontier_trace: object
+    trace_slopes: object
     walk: object
+    walk_to_price: object
     finish: object
     verify_rows: object
     f_tilde_at_zero: object
@@ -81,6 +83,6 @@ def rebind(module) -> Kernels:
 
 #: The kernels of the registered divergences (``core._fgen``).
 STANDARD = Kernels(
-    mentor_rows, price_rows, divergence_rows, frontier_trace, walk, finish, verify_rows,
+    mentor_rows, price_rows, divergence_rows, frontier_trace, trace_slopes, walk, walk_to_price, finish, verify_rows,
     _fgen.f_tilde_at_zero, _fgen.f_prime_at_one, _fgen.f_tilde_prime_at_inf, _fgen.f_second_at_one,
 )
