@@ -46,22 +46,7 @@ def held_out_rows(limit: int = 2000):
 
 def tokens_per_call(eps: float, divergence, k: int = 4, calls: int = 200, seed: int = 0) -> float:
     """Mean tokens emitted per target call of drafter-proposes-k, ``md.verify``-checks loops."""
-    vocab, target, drafter, held_out = target_and_drafter()
-    rng = np.random.default_rng(seed)
-    emitted = 0
-    for call in range(calls):
-        doc = vocab.ids(held_out[call % len(held_out)])
-        context = list(doc[: rng.integers(0, max(len(doc), 1))])
-        drafts, proposed = [], []
-        for _ in range(k):
-            q = drafter.distribution(context + proposed)
-            drafts.append(q)
-            proposed.append(int(rng.choice(q.size, p=q)))
-        targets = [target.distribution(context + proposed[:j]) for j in range(k + 1)]
-        out, accepted = md.verify(np.array(targets)[None], np.array(drafts)[None], np.array(proposed)[None],
-                                  eps, divergence, seed=int(rng.integers(1 << 31)))
-        emitted += int(accepted[0]) + 1
-    return emitted / calls
+    return run_policy(drafted_calls(k, calls, seed), "eps", eps, divergence, seed=seed + 1).tokens_per_call
 
 
 def evaluate(eps: float, divergence, rows=None, k: int = 4, calls: int = 200) -> DecodingResult:
@@ -90,7 +75,8 @@ class DraftedCall:
 
 
 def drafted_calls(k: int = 4, calls: int = 200, seed: int = 0) -> list[DraftedCall]:
-    """The calls ``tokens_per_call`` makes, drawn once so that every verification policy sees the same ones."""
+    """``calls`` target calls from held-out contexts, drafts sampled from the drafter, drawn once so
+    that every verification policy can be run on the same ones."""
     vocab, target, drafter, held_out = target_and_drafter()
     rng = np.random.default_rng(seed)
     out = []
