@@ -34,17 +34,18 @@ INSTALL_HINT = 'pip install "mdverify[torch]"'
 HALF_SUM_TOLERANCE = {"bfloat16": 2.0**-6, "float16": 2.0**-9}
 
 
-def _torch():
+def require_torch():
+    """torch, or an ImportError that says how to install it."""
     try:
         import torch
     except ImportError:
-        raise ImportError(f"mdverify.torch_adapter needs PyTorch: {INSTALL_HINT}") from None
+        raise ImportError(f"mdverify's PyTorch and transformers entry points need them: {INSTALL_HINT}") from None
     return torch
 
 
 def _array(x, label: str, distribution: bool = False):
     """A numpy view of a CPU tensor; half-precision distributions renormalised into float32."""
-    torch = _torch()
+    torch = require_torch()
     if not isinstance(x, torch.Tensor):
         return x
     if x.device.type != "cpu":
@@ -67,7 +68,7 @@ def _array(x, label: str, distribution: bool = False):
 
 
 def _tensor(x):
-    torch = _torch()
+    torch = require_torch()
     return torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else torch.tensor(x)
 
 

@@ -109,38 +109,36 @@ def check_ratios(p: np.ndarray, q: np.ndarray, labels: tuple[str, str] = ("p", "
                          f"{np.finfo(np.float64).tiny:.3g}")
 
 
-def as_budgets(eps, batch_shape: tuple[int, ...]) -> np.ndarray:
-    """Budgets broadcast to the batch shape, as float64; each >= 0 (inf allowed), never nan."""
-    if np.asarray(eps).dtype.kind not in "iufb":  # not strings, whose conversion numpy would allow
-        raise ValueError(f"eps must be a number or an array of numbers, got {eps!r}")
+def _per_row(values, name: str, batch_shape: tuple[int, ...], kinds: str) -> np.ndarray:
+    """``values`` (numbers of the dtype kinds ``kinds``, never text) broadcast to the batch shape, flat float64."""
+    if np.asarray(values).dtype.kind not in kinds:  # not strings, whose conversion numpy would allow
+        raise ValueError(f"{name} must be a number or an array of numbers, got {values!r}")
     try:
-        arr = np.asarray(eps, dtype=np.float64)
+        arr = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"eps must be a number or an array of numbers, got {eps!r}") from None
+        raise ValueError(f"{name} must be a number or an array of numbers, got {values!r}") from None
     try:
         arr = np.broadcast_to(arr, batch_shape)
     except ValueError:
-        raise ValueError(f"eps of shape {arr.shape} does not broadcast to the batch shape {batch_shape}") from None
-    flat = arr.reshape(-1)
-    bad = np.isnan(flat) | (flat < 0)
+        raise ValueError(f"{name} of shape {arr.shape} does not broadcast to the batch shape {batch_shape}") from None
+    return np.ascontiguousarray(arr.reshape(-1))
+
+
+def _refuse_first(bad: np.ndarray, flat: np.ndarray, name: str, batch_shape: tuple[int, ...], rule: str) -> None:
     if bad.any():
         row = int(np.argmax(bad))
-        raise ValueError(f"{_row_name('eps', batch_shape, row)} is {flat[row]}; budgets must be >= 0 (inf allowed), not nan")
-    return np.ascontiguousarray(flat)
+        raise ValueError(f"{_row_name(name, batch_shape, row)} is {flat[row]}; {rule}")
+
+
+def as_budgets(eps, batch_shape: tuple[int, ...]) -> np.ndarray:
+    """Budgets broadcast to the batch shape, as float64; each >= 0 (inf allowed), never nan."""
+    flat = _per_row(eps, "eps", batch_shape, "iufb")
+    _refuse_first(np.isnan(flat) | (flat < 0), flat, "eps", batch_shape, "budgets must be >= 0 (inf allowed), not nan")
+    return flat
 
 
 def as_prices(price, batch_shape: tuple[int, ...]) -> np.ndarray:
     """Prices broadcast to the batch shape, as float64; each > 0 (inf allowed), never nan."""
-    if np.asarray(price).dtype.kind not in "iuf":
-        raise ValueError(f"price must be a number or an array of numbers, got {price!r}")
-    arr = np.asarray(price, dtype=np.float64)
-    try:
-        arr = np.broadcast_to(arr, batch_shape)
-    except ValueError:
-        raise ValueError(f"price of shape {arr.shape} does not broadcast to the batch shape {batch_shape}") from None
-    flat = arr.reshape(-1)
-    bad = ~(flat > 0)
-    if bad.any():
-        row = int(np.argmax(bad))
-        raise ValueError(f"{_row_name('price', batch_shape, row)} is {flat[row]}; prices must be > 0 (inf allowed), not nan")
-    return np.ascontiguousarray(flat)
+    flat = _per_row(price, "price", batch_shape, "iuf")
+    _refuse_first(~(flat > 0), flat, "price", batch_shape, "prices must be > 0 (inf allowed), not nan")
+    return flat

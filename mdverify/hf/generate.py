@@ -28,6 +28,7 @@ from mdverify.api import _solver
 from mdverify.divergences import Divergence
 from mdverify.divergences import divergence as lookup
 from mdverify.hf.logits import probabilities, shared_vocabulary
+from mdverify.torch_adapter import require_torch
 from mdverify.validate import as_budgets, as_prices
 from mdverify.verification import verify
 
@@ -81,14 +82,6 @@ class GenerateOutput:
     stats: GenerationStats
 
 
-def _torch():
-    try:
-        import torch
-    except ImportError:
-        raise ImportError('mdverify.hf needs transformers and PyTorch: pip install "mdverify[torch]"') from None
-    return torch
-
-
 def _logits_processors(temperature: float, top_k: int | None, top_p: float | None):
     """transformers' own warpers, in the order its generate applies them."""
     from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
@@ -99,9 +92,7 @@ def _logits_processors(temperature: float, top_k: int | None, top_p: float | Non
     if temperature != 1.0:
         processors.append(TemperatureLogitsWarper(float(temperature)))
     if top_k is not None:
-        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
-            raise ValueError(f"top_k must be an integer >= 1 or None, got {top_k!r}")
-        processors.append(TopKLogitsWarper(int(top_k)))
+        processors.append(TopKLogitsWarper(_positive_int(top_k, "top_k")))
     if top_p is not None:
         if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
             raise ValueError(f"top_p must lie in (0, 1] or be None, got {top_p!r}")
@@ -112,7 +103,7 @@ def _logits_processors(temperature: float, top_k: int | None, top_p: float | Non
 
 def _prompt(input_ids, attention_mask):
     """(ids, mask) as int64 tensors of shape (B, L), the mask of left-padded rows only."""
-    torch = _torch()
+    torch = require_torch()
     if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2 or input_ids.dtype.is_floating_point \
             or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
         shape = tuple(input_ids.shape) if hasattr(input_ids, "shape") else type(input_ids).__name__
@@ -148,13 +139,19 @@ def _output_rows(model) -> int:
     return int(head.weight.shape[0]) if head is not None else int(model.config.vocab_size)
 
 
-def _forward(model, ids, mask, cache, start: int, keep: int):
-    """Logits of the last ``keep`` columns, feeding columns [start, T) on top of the cache."""
+def _cache_argument(model) -> str:
+    """The name ``model``'s forward takes its KV cache by: transformers renamed ``past_key_values`` ``cache`` in 5.2x."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _forward(model, ids, mask, cache: dict, start: int, keep: int):
+    """Logits of the last ``keep`` columns, feeding columns [start, T) on top of the cache.
+
+    ``cache`` is {argument name: the model's cache} (``_cache_argument``).
+    """
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    # transformers renamed the cache argument: `cache` from 5.2x, `past_key_values` before.
-    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     out = model(input_ids=ids[:, start:], attention_mask=mask, position_ids=positions[:, start:],
-                use_cache=True, logits_to_keep=keep, **{name: cache})
+                use_cache=True, logits_to_keep=keep, **cache)
     return out.logits[:, -keep:]
 
 
@@ -168,7 +165,7 @@ def _crop(cache, length: int) -> None:
 @contextmanager
 def _timed(seconds: dict, name: str, device):
     """Add the wall time of the block to ``seconds[name]``; device work is synchronised first."""
-    torch = _torch()
+    torch = require_torch()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     start = time.perf_counter()
@@ -217,7 +214,7 @@ def generate(target, drafter, input_ids, *, k: int, eps=None, price=None, diverg
     -------
     GenerateOutput
     """
-    torch = _torch()
+    torch = require_torch()
     from transformers import DynamicCache
 
     ids, mask = _prompt(input_ids, attention_mask)
@@ -255,6 +252,7 @@ def generate(target, drafter, input_ids, *, k: int, eps=None, price=None, diverg
         return probabilities(processors(ids[:, :0], flat), n).reshape(*logits.shape[:-1], n)
 
     target_cache, draft_cache = DynamicCache(), DynamicCache()
+    target_kv, draft_kv = {_cache_argument(target): target_cache}, {_cache_argument(drafter): draft_cache}
     target_len = draft_len = 0
     new_tokens: list[list[int]] = [[] for _ in range(rows)]
     active = np.ones(rows, bool)
@@ -273,14 +271,14 @@ def generate(target, drafter, input_ids, *, k: int, eps=None, price=None, diverg
                 for j in range(k):
                     grown_ids = torch.cat((ids, drafts[:, :j]), dim=1)
                     grown_mask = torch.cat((mask, ones[:, :j]), dim=1)
-                    logits = _forward(drafter, grown_ids, grown_mask, draft_cache, draft_len, 1)
+                    logits = _forward(drafter, grown_ids, grown_mask, draft_kv, draft_len, 1)
                     draft_len = grown_ids.shape[1]
                     q = distribution(logits[:, -1])
                     drafts[:, j] = torch.multinomial(q, 1, generator=generator)[:, 0]
                     draft_probs.append(q)
             with _timed(seconds, "target", device):
                 logits = _forward(target, torch.cat((ids, drafts), 1), torch.cat((mask, ones[:, :k]), 1),
-                                  target_cache, target_len, k + 1)
+                                  target_kv, target_len, k + 1)
                 target_len = width + k
                 calls += 1
             with _timed(seconds, "verify", device):
