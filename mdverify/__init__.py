@@ -27,6 +27,8 @@ _EXPORTS = {
     "ChainPlan": "mdverify.prices",
     "allocate": "mdverify.prices",
     "plan_chain": "mdverify.prices",
+    "Certificate": "mdverify.rigorous.certify",
+    "certify": "mdverify.rigorous.certify",
 }
 
 #: Subpackages reachable as attributes (``md.rules``, ``md.theory``) without an import.

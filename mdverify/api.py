@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numba
 import numpy as np
@@ -43,6 +43,9 @@ class MentorResult:
         evaluated after rounding, and a row that rounding took over the budget is pulled
         back towards p until it is within it (its acceptance and moved mass are then those
         of the returned row; a, b, lam and mu stay those of the float64 optimum).
+    certificate : Certificate or None
+        With ``certified=True``: the rigorous certificate of the returned rows
+        (``md.certify``), whose ``feasible`` holds for every row.
     """
 
     r: np.ndarray
@@ -53,6 +56,7 @@ class MentorResult:
     lam: np.ndarray
     mu: np.ndarray
     divergence_value: np.ndarray
+    certificate: "Certificate | None" = None  # noqa: F821 - mdverify.rigorous.certify, loaded on demand
 
 
 def _result(r: np.ndarray, fields: np.ndarray, batch_shape: tuple[int, ...]) -> MentorResult:
@@ -91,7 +95,8 @@ def _solver(method: str, n: int) -> int:
     return kernels.SELECT
 
 
-def mentor(p, q, eps=None, divergence: str | Divergence = "kl", method: str = "auto", *, price=None) -> MentorResult:
+def mentor(p, q, eps=None, divergence: str | Divergence = "kl", method: str = "auto", *, price=None,
+           certified: bool = False) -> MentorResult:
     """The optimal mentored distribution for every row.
 
     Solves, row by row,
@@ -120,6 +125,12 @@ def mentor(p, q, eps=None, divergence: str | Divergence = "kl", method: str = "a
         slope dA/deps = nu (SPEC section 10). ``lam`` is then nu where r stops between p and
         its limit, and ``divergence_value`` the budget that price buys. Price solves walk the
         sorted index whatever the method.
+    certified : bool
+        Return only rows proved feasible in ball arithmetic (``md.certify``; needs
+        python-flint and sympy): a row whose rigorous bound on D_f(r || p) exceeds eps is
+        pulled back towards p by the smallest
+        step of a geometric sequence (from 2^-50 relative, 8 times each) that the bound
+        accepts; ``res.certificate`` then holds the proved gaps. Only with ``eps``.
 
     Returns
     -------
@@ -139,6 +150,8 @@ def mentor(p, q, eps=None, divergence: str | Divergence = "kl", method: str = "a
     n = p.shape[-1]
     if (eps is None) == (price is None):
         raise ValueError("give exactly one of eps (a budget per row) and price (a price per row)")
+    if certified and price is not None:
+        raise ValueError("certified=True proves a budget: give eps, not price")
     P = np.ascontiguousarray(p.reshape(-1, n))
     Q = np.ascontiguousarray(q.reshape(-1, n))
     R = np.empty_like(P)
@@ -151,46 +164,68 @@ def mentor(p, q, eps=None, divergence: str | Divergence = "kl", method: str = "a
     else:
         entry.kernels.price_rows(P, Q, as_prices(price, batch_shape), entry.kind, entry.param, R, fields)
         budgets = fields[:, kernels.FIELDS.index("divergence_value")].copy()  # what each price bought
+    budgets = np.asarray(budgets, np.float64).reshape(-1)
     if R.dtype != np.float64:
         _keep_budget_after_rounding(entry, P, Q, R, fields, budgets)
-    return _result(R.reshape(p.shape), fields, batch_shape)
+    if not certified:
+        return _result(R.reshape(p.shape), fields, batch_shape)
+    from mdverify.rigorous.certify import certify, proved_within
 
-
-#: Relative steps back towards p tried in turn (``_keep_budget_after_rounding``), each 8 times the last.
-_FIRST_STEP, _STEP_GROWTH = 1e-7, 8.0
+    values = fields[:, kernels.FIELDS.index("divergence_value")]  # a view: pulled rows update it
+    _pull_back(entry, P, Q, R, fields, budgets, values, np.flatnonzero(np.isfinite(budgets)),
+               proved_within(entry, P, budgets, R.dtype), first_step=2.0 ** -50)
+    lam, mu = (fields[:, kernels.FIELDS.index(name)].reshape(batch_shape) for name in ("lam", "mu"))
+    certificate = certify(P.reshape(p.shape), Q.reshape(p.shape), R.reshape(p.shape), budgets.reshape(batch_shape),
+                          entry, lam=lam, mu=mu)
+    return replace(_result(R.reshape(p.shape), fields, batch_shape), certificate=certificate)
 
 
 def _keep_budget_after_rounding(entry: Divergence, P, Q, R, fields, budgets) -> None:
-    """Make float32 rows keep the budget as returned, not only before rounding.
-
-    Rounding r to float32 moves each entry by up to 6e-8 relative, which can take
-    D_f(r || p) a little over a binding budget. Such a row is pulled back along the segment
-    to p: r(theta) = p + theta (r - p) with theta = (eps / D)(1 - step), which convexity puts
-    within the budget before rounding, for steps growing from 1e-7 until the rounded row is
-    within it too (theta = 0 gives p itself, D = 0). ``divergence_value`` then describes the
-    returned float32 row, and a pulled row's ``acceptance`` and ``moved_mass`` too.
-    """
+    """Make float32 rows keep the budget as returned, not only before rounding: rounding r
+    moves each entry by up to 6e-8 relative, which can take D_f(r || p) a little over a
+    binding budget; such rows are pulled back (``_pull_back``, from a step of 1e-7), and
+    ``divergence_value`` describes the returned float32 rows."""
     values = np.empty(R.shape[0])
     entry.kernels.divergence_rows(R, P, entry.kind, entry.param, values)
-    for i in np.flatnonzero(values > budgets):
+    _pull_back(entry, P, Q, R, fields, budgets, values, np.flatnonzero(values > budgets),
+               lambda i, row: float(entry.value(row, P[i])) <= budgets[i], first_step=1e-7)
+    fields[:, kernels.FIELDS.index("divergence_value")] = values
+
+
+#: Each step back towards p is this many times the last (``_pull_back``).
+_STEP_GROWTH = 8.0
+
+
+def _pull_back(entry: Divergence, P, Q, R, fields, budgets, values, rows, within, first_step: float) -> None:
+    """Pull rows that ``within(i, row)`` rejects back towards p until it accepts them.
+
+    Used where float32 rounding took D_f(r || p) a little over a binding budget (``within``
+    evaluates D in float64 after rounding) and for ``certified=True`` (``within`` proves it in
+    ball arithmetic). A row moves along the segment to p, r(theta) = p + theta (r - p) with
+    theta = min(1, eps / D)(1 - step), which convexity puts within the budget before
+    rounding, for steps growing geometrically from ``first_step`` until the rounded row is
+    accepted (theta = 0 gives p itself, D = 0). A pulled row's ``acceptance``,
+    ``moved_mass`` and ``values`` (its divergence) become those of the returned row; a, b,
+    lam and mu stay those of the float64 optimum.
+    """
+    for i in rows:
+        if within(i, R[i]):
+            continue
         p, r = P[i].astype(np.float64), R[i].astype(np.float64)
-        step = _FIRST_STEP
+        scale = min(1.0, budgets[i] / values[i]) if values[i] > 0 else 1.0
+        step = first_step
         while step < 1.0:
-            theta = budgets[i] / values[i] * (1.0 - step)
-            candidate = (p + theta * (r - p)).astype(R.dtype)
-            value = float(entry.value(candidate, P[i]))
-            if value <= budgets[i]:
+            candidate = (p + scale * (1.0 - step) * (r - p)).astype(R.dtype)
+            if within(i, candidate):
                 break
             step *= _STEP_GROWTH
         else:
-            candidate, value = P[i].copy(), 0.0
+            candidate = P[i].copy()
         R[i] = candidate
-        values[i] = value
-        q = Q[i].astype(np.float64)
+        values[i] = float(entry.value(candidate, P[i]))
         rounded = candidate.astype(np.float64)
-        fields[i, kernels.FIELDS.index("acceptance")] = np.minimum(rounded, q).sum()
+        fields[i, kernels.FIELDS.index("acceptance")] = np.minimum(rounded, Q[i].astype(np.float64)).sum()
         fields[i, kernels.FIELDS.index("moved_mass")] = np.maximum(rounded - p, 0.0).sum()
-    fields[:, kernels.FIELDS.index("divergence_value")] = values
 
 
 @dataclass(frozen=True)

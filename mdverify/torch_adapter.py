@@ -75,7 +75,7 @@ def _tensor(x):
 def mentor(p, q, eps, divergence="kl", method: str = "auto") -> MentorResult:
     """``md.mentor`` for tensors: the same arguments and fields, each field a tensor."""
     res = _mentor(_array(p, "p", True), _array(q, "q", True), _array(eps, "eps"), divergence, method)
-    return MentorResult(**{f.name: _tensor(getattr(res, f.name)) for f in fields(res)})
+    return MentorResult(**{f.name: _tensor(getattr(res, f.name)) for f in fields(res) if f.name != "certificate"})
 
 
 def verify(target_probs, draft_probs, draft_token_ids, eps, divergence="kl", seed=None, uniforms=None,

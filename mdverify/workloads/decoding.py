@@ -29,9 +29,10 @@ class DecodingResult:
     cross_entropy_p: float
 
 
-def held_out_rows(limit: int = 2000):
-    """(P, Q, truth) at the first ``limit`` held-out positions, with their true contexts."""
-    vocab, target, drafter, held_out = target_and_drafter()
+def held_out_rows(limit: int = 2000, target_backoff: float = 1.0):
+    """(P, Q, truth) at the first ``limit`` held-out positions, with their true contexts
+    (``target_backoff`` < 1: the under-smoothed target of ``ngrams.NGramModel``)."""
+    vocab, target, drafter, held_out = target_and_drafter(target_backoff=target_backoff)
     P, Q, truth = [], [], []
     for doc in held_out:
         ids = vocab.ids(doc)

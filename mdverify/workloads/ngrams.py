@@ -91,12 +91,19 @@ def vocabulary(training, size: int = 3000) -> Vocabulary:
 
 
 class NGramModel:
-    """Interpolated Witten-Bell n-gram model over a fixed vocabulary."""
+    """Interpolated Witten-Bell n-gram model over a fixed vocabulary.
 
-    def __init__(self, order: int, vocab: Vocabulary, training):
+    ``backoff`` scales the weight given to the lower orders: 1 is Witten-Bell, and smaller
+    values under-smooth (the estimate of a seen context trusts its own counts more).
+    """
+
+    def __init__(self, order: int, vocab: Vocabulary, training, backoff: float = 1.0):
         if order < 1:
             raise ValueError(f"an n-gram model needs order >= 1, got {order}")
+        if not backoff > 0:
+            raise ValueError(f"backoff must be positive, got {backoff}")
         self.order = order
+        self.backoff = float(backoff)
         self.vocab = vocab
         size = len(vocab.words)
         # counts[k][context of length k] = Counter of next-word ids
@@ -123,7 +130,7 @@ class NGramModel:
                 continue
             ids = np.fromiter(seen.keys(), np.int64, len(seen))
             counts = np.fromiter(seen.values(), np.float64, len(seen))
-            total, types = counts.sum(), float(len(seen))
+            total, types = counts.sum(), self.backoff * len(seen)
             probs = probs * (types / (total + types))
             probs[ids] += counts / (total + types)
         return probs / probs.sum()
@@ -140,8 +147,10 @@ class NGramModel:
 
 
 @lru_cache(maxsize=4)
-def target_and_drafter(vocab_size: int = 3000, target_order: int = 3, drafter_order: int = 2):
+def target_and_drafter(vocab_size: int = 3000, target_order: int = 3, drafter_order: int = 2,
+                       target_backoff: float = 1.0):
     """(vocabulary, target, drafter, held-out documents) trained on the fixed split."""
     training, held_out = split()
     vocab = vocabulary(training, vocab_size)
-    return vocab, NGramModel(target_order, vocab, training), NGramModel(drafter_order, vocab, training), held_out
+    target = NGramModel(target_order, vocab, training, target_backoff)
+    return vocab, target, NGramModel(drafter_order, vocab, training), held_out

@@ -1,0 +1,1 @@
+"""Rigorous certificates: feasibility and optimality proved in ball arithmetic (python-flint)."""
