@@ -13,7 +13,8 @@ from mdverify.core.index import build_index
 from mdverify.core.walk import D, M, STATE_SIZE
 from mdverify.divergences import Divergence
 from mdverify.divergences import divergence as lookup
-from mdverify.validate import as_budgets, as_pair, as_prices, check_ratios
+from mdverify.core.checks import rows_valid
+from mdverify.validate import SUM_TOLERANCE, as_budgets, as_pair, as_prices, check_ratios
 
 METHODS = ("auto", "sorted", "select")
 #: Row length from which "auto" uses the sort-free solver (measured by ``benchmarks/``).
@@ -144,8 +145,7 @@ def mentor(p, q, eps=None, divergence: str | Divergence = "kl", method: str = "a
     (0.6, 0.1)
     """
     entry = lookup(divergence)
-    p, q = as_pair(p, q)
-    check_ratios(p, q)
+    p, q = _checked_pair(p, q)
     batch_shape = p.shape[:-1]
     n = p.shape[-1]
     if (eps is None) == (price is None):
@@ -178,6 +178,20 @@ def mentor(p, q, eps=None, divergence: str | Divergence = "kl", method: str = "a
     certificate = certify(P.reshape(p.shape), Q.reshape(p.shape), R.reshape(p.shape), budgets.reshape(batch_shape),
                           entry, lam=lam, mu=mu)
     return replace(_result(R.reshape(p.shape), fields, batch_shape), certificate=certificate)
+
+
+def _checked_pair(p, q) -> tuple[np.ndarray, np.ndarray]:
+    """p and q validated: arrays of one float dtype and shape that one fused pass finds valid
+    are taken as they are; anything else goes through ``as_pair`` and ``check_ratios``, which
+    convert what they can and name what is wrong."""
+    if (isinstance(p, np.ndarray) and isinstance(q, np.ndarray) and p.dtype in SUM_TOLERANCE
+            and p.dtype == q.dtype and p.shape == q.shape and p.ndim >= 1 and p.size > 0):
+        n = p.shape[-1]
+        if rows_valid(p.reshape(-1, n), q.reshape(-1, n), SUM_TOLERANCE[p.dtype]):
+            return p, q
+    p, q = as_pair(p, q)
+    check_ratios(p, q)
+    return p, q
 
 
 def _keep_budget_after_rounding(entry: Divergence, P, Q, R, fields, budgets) -> None:

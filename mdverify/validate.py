@@ -111,6 +111,8 @@ def check_ratios(p: np.ndarray, q: np.ndarray, labels: tuple[str, str] = ("p", "
 
 def _per_row(values, name: str, batch_shape: tuple[int, ...], kinds: str) -> np.ndarray:
     """``values`` (numbers of the dtype kinds ``kinds``, never text) broadcast to the batch shape, flat float64."""
+    if type(values) in (float, int):  # the common case, one Python number: no array conversions
+        return np.full(int(np.prod(batch_shape, dtype=np.int64)), float(values))
     if np.asarray(values).dtype.kind not in kinds:  # not strings, whose conversion numpy would allow
         raise ValueError(f"{name} must be a number or an array of numbers, got {values!r}")
     try:
