@@ -124,8 +124,9 @@ def mentor(p, q, eps=None, divergence: str | Divergence = "kl", method: str = "a
         Instead of ``eps`` (exactly one of the two): a price nu > 0 per row (inf allowed), and
         each row maximises :math:`A(r) - \\nu D_f(r \\| p)`, the point of its frontier with
         slope dA/deps = nu (SPEC section 10). ``lam`` is then nu where r stops between p and
-        its limit, and ``divergence_value`` the budget that price buys. Price solves walk the
-        sorted index whatever the method.
+        its limit, and ``divergence_value`` the budget that price buys. Both methods solve
+        prices: "select" decides each pivot by the slope f~'(b) - f~'(a) against 1 / nu
+        (without the screen of eps solves), "sorted" walks the index to that slope.
     certified : bool
         Return only rows proved feasible in ball arithmetic (``md.certify``; needs
         python-flint and sympy): a row whose rigorous bound on D_f(r || p) exceeds eps is
@@ -162,7 +163,8 @@ def mentor(p, q, eps=None, divergence: str | Divergence = "kl", method: str = "a
         entry.kernels.mentor_rows(P, Q, budgets, entry.kind, entry.param, solver, R, fields,
                                   _workspace(solver, P.shape[0], n))
     else:
-        entry.kernels.price_rows(P, Q, as_prices(price, batch_shape), entry.kind, entry.param, R, fields)
+        entry.kernels.price_rows(P, Q, as_prices(price, batch_shape), entry.kind, entry.param, solver, R, fields,
+                                 _workspace(solver, P.shape[0], n))
         budgets = fields[:, kernels.FIELDS.index("divergence_value")].copy()  # what each price bought
     budgets = np.asarray(budgets, np.float64).reshape(-1)
     if R.dtype != np.float64:

@@ -38,6 +38,19 @@ def test_valid_inputs_give_valid_outputs(pq, entry, eps, method):
         assert not np.isnan(getattr(res, name)).any(), name
     assert (res.r >= 0).all() and np.isfinite(res.r).all()
     assert (np.asarray(res.divergence_value) <= eps * (1 + 1e-9) + 1e-300).all()
+
+
+@given(distributions(), st.sampled_from(divergence_suite()), st.sampled_from([1e-3, 0.5, 3.0, 1e3, np.inf]))
+def test_price_solves_agree_and_stay_valid(pq, entry, price):
+    p, q = pq
+    p = p / p.sum(-1, keepdims=True, dtype=np.float64).astype(p.dtype)
+    q = q / q.sum(-1, keepdims=True, dtype=np.float64).astype(q.dtype)
+    res = md.mentor(p, q, price=price, divergence=entry, method="select")
+    ref = md.mentor(p, q, price=price, divergence=entry, method="sorted")
+    np.testing.assert_allclose(res.acceptance, ref.acceptance, rtol=0, atol=1e-12 if p.dtype == np.float64 else 1e-6)
+    for name in ("acceptance", "moved_mass", "a", "b", "lam", "mu", "divergence_value"):
+        assert not np.isnan(getattr(res, name)).any(), name
+    assert (res.r >= 0).all() and np.isfinite(res.r).all()
     tolerance = 1e-12 if p.dtype == np.float64 else 1e-6
     assert (np.asarray(res.acceptance) <= q.sum(-1, dtype=np.float64) + 1e-12).all()
     np.testing.assert_allclose(res.r.sum(-1, dtype=np.float64), p.sum(-1, dtype=np.float64), atol=tolerance)

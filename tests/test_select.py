@@ -33,6 +33,22 @@ def test_select_matches_sorted(entry):
             np.testing.assert_allclose(ours.lam, ref.lam, rtol=1e-7, atol=1e-12, err_msg=where)
 
 
+PRICES = [0.3, 2.0, 10.0, 1e4, np.inf]
+
+
+def test_price_select_matches_sorted(entry):
+    """The sort-free search decides pivots by the slope f~'(b) - f~'(a) against 1 / price."""
+    for label, P, Q in _instances():
+        for price in PRICES:
+            ours = md.mentor(P, Q, price=price, divergence=entry, method="select")
+            ref = md.mentor(P, Q, price=price, divergence=entry, method="sorted")
+            where = f"{entry.name}, {label}, price={price}"
+            close = 1e-12 if P.dtype == np.float64 else 1e-6  # float32 rows round (and pull back) apart
+            np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=close, err_msg=where)
+            np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=close, err_msg=where)
+            np.testing.assert_array_equal(ours.lam, ref.lam, err_msg=where)  # price, or 0 at the limit
+
+
 def test_auto_uses_a_known_method():
     p = np.full(1024, 1 / 1024)
     q = np.r_[np.full(512, 1.5 / 1024), np.full(512, 0.5 / 1024)]

@@ -12,7 +12,7 @@ from mdverify.core._fgen import f_prime_at_one, f_tilde_prime, f_tilde_prime_at_
 from mdverify.core.index import build_index
 from mdverify.core.jit import kernel
 from mdverify.core.terms import weighted_f_tilde
-from mdverify.core.select import select_walk
+from mdverify.core.select import select_price_walk, select_walk
 from mdverify.core.walk import A, B, D, FILL, K_HIGH, M, STATE_SIZE, duals, initial_state, walk, walk_to_price
 
 #: Field order of the vectors returned by ``mentor_row`` and written by ``mentor_rows``.
@@ -125,6 +125,9 @@ def price_row(p, q, price, kind, alpha, r, out):
     between 0 and m_max (the frontier point of slope price), 0 where r reaches its limit
     m_max; divergence_value is the budget eps* = D_f(r || p) that this price buys.
     """
+    if price == np.inf:  # an infinite price buys nothing: the eps = 0 solve, with its multipliers
+        mentor_row(p, q, 0.0, kind, alpha, r, out)
+        return
     index = build_index(p, q)
     state = initial_state(index[0].size, index[3].size)
     inside, _, _ = walk_to_price(index[0], index[1], index[2], index[3], index[4], index[5], index[6], kind, alpha,
@@ -135,11 +138,34 @@ def price_row(p, q, price, kind, alpha, r, out):
         out[5] = -(f_tilde_prime(kind, alpha, state[A]) + f_prime_at_one(kind, alpha)) * price
 
 
+@kernel
+def price_row_select(p, q, price, kind, alpha, r, out, work):
+    """``price_row`` by the sort-free search (``core.select.select_price_walk``, expected O(n))."""
+    if price == np.inf:
+        mentor_row_select(p, q, 0.0, kind, alpha, r, out, work)
+        return
+    state, inside, q0, base = select_price_walk(p, q, price, kind, alpha, work)
+    if not state[D] < np.inf:  # a degenerate end, as in ``mentor_row_select``: the walk never steps there
+        price_row(p, q, price, kind, alpha, r, out)
+        return
+    finish(q0, base, kind, alpha, np.inf, state, inside, p, q, r, out)
+    if inside:
+        out[4] = price
+        out[5] = -(f_tilde_prime(kind, alpha, state[A]) + f_prime_at_one(kind, alpha)) * price
+
+
 @kernel(parallel=True)
-def price_rows(P, Q, prices, kind, alpha, R, out):
-    """``price_row`` for every row of 2-d P, Q in parallel (each row from its own inputs alone)."""
-    for i in prange(P.shape[0]):
-        price_row(P[i], Q[i], prices[i], kind, alpha, R[i], out[i])
+def price_rows(P, Q, prices, kind, alpha, method, R, out, work):
+    """``price_row`` (SORTED) or ``price_row_select`` (SELECT) for every row of 2-d P, Q in parallel,
+    in chunks as ``mentor_rows`` (each row from its own inputs alone)."""
+    rows = P.shape[0]
+    chunks = work.shape[0]
+    for c in prange(chunks):
+        for i in range(c * rows // chunks, (c + 1) * rows // chunks):
+            if method == SELECT:
+                price_row_select(P[i], Q[i], prices[i], kind, alpha, R[i], out[i], work[c])
+            else:
+                price_row(P[i], Q[i], prices[i], kind, alpha, R[i], out[i])
 
 
 @kernel

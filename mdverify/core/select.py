@@ -31,12 +31,12 @@ moved mass is p (s - key), with s = +1 (low) or -1 (high).
 
 import numpy as np
 
-from mdverify.core._fgen import f_tilde, f_tilde_prime_at_inf
+from mdverify.core._fgen import f_tilde, f_tilde_prime, f_tilde_prime_at_inf
 from mdverify.core.index import add_compensated, split_sides
 from mdverify.core.jit import kernel
 from mdverify.core.terms import weighted_f_tilde
 from mdverify.core.screen import flag_view, flagged, gather, inclusion, mark_sample, screen
-from mdverify.core.walk import A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, segment_point, solve_segment
+from mdverify.core.walk import A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, segment_point, solve_segment, solve_slope
 
 # Per-side bookkeeping. Arrays are laid out [clipped | undecided | released, not summed |
 # released, summed]: positions LO, HI, END; sums over those regions in a float64 vector.
@@ -274,7 +274,20 @@ def select_walk(p, q, eps, kind, alpha, work):
         if found:
             return state, binding, q0, base
     low, high = _nothing_settled()
-    return _search(work, split_sides(p, q, work[0], work[1]), low, high, eps, kind, alpha)[:4]
+    return _search(work, split_sides(p, q, work[0], work[1]), low, high, eps, kind, alpha, np.inf)[:4]
+
+
+@kernel
+def select_price_walk(p, q, price, kind, alpha, work):
+    """The final walk state of the maximiser of A(r) - price D_f(r || p), found without sorting.
+
+    The same search as ``select_walk`` without the screen, each pivot decided by the slope
+    dD/dm = f~'(b) - f~'(a) against 1 / price instead of D against eps (the slope is
+    non-decreasing in m, D being convex), and the last segment solved by ``solve_slope``.
+    Returns (state, inside, q0, base): ``inside`` when the price stopped the moved mass before m_max.
+    """
+    low, high = _nothing_settled()
+    return _search(work, split_sides(p, q, work[0], work[1]), low, high, np.inf, kind, alpha, 1.0 / price)[:4]
 
 
 @kernel
@@ -321,7 +334,7 @@ def screened_walk(p, q, eps, kind, alpha, work, bounds):
     high = _settled(p_clipped_high, -b_hi if p_clipped_high > 0.0 else -np.inf, moved_released_high,
                     f_released_high, -b_lo if moved_released_high > 0.0 else -1.0)
     split = (n_low, n_high, q0, base, capacity_low, capacity_high)
-    state, binding, q0, base, stopped = _search(work, split, low, high, eps, kind, alpha)
+    state, binding, q0, base, stopped = _search(work, split, low, high, eps, kind, alpha, np.inf)
     a, b = state[A], state[B]
     hits = np.array([p_clipped_low > 0.0 and a <= a_lo, moved_released_low > 0.0 and a >= a_hi,
                      moved_released_high > 0.0 and b <= b_lo, p_clipped_high > 0.0 and b >= b_hi])
@@ -356,7 +369,7 @@ def _sample_bounds(p, q, eps, kind, alpha, work):
     sample_work = np.empty((4, m), np.float64)
     low, high = _nothing_settled()
     state, binding, _, _, _ = _search(sample_work, split_sides(ps, qs, sample_work[0], sample_work[1]), low, high,
-                                   eps, kind, alpha)
+                                   eps, kind, alpha, np.inf)
     keys = qs / ps
     # One sort for both sides: low keys (< 1) come first, then ratio 1, then the finite high
     # keys, then inf (p = 0) and nan (p = q = 0).
@@ -441,10 +454,14 @@ def _reach(keys, tokens, t, floor, ceiling, reach):
 
 
 @kernel
-def _search(work, split, low_sums, high_sums, eps, kind, alpha):
+def _search(work, split, low_sums, high_sums, eps, kind, alpha, slope_limit):
     """``select_walk`` on rows already split into ``work``: ``split`` is what ``split_sides``
     returns, ``low_sums`` and ``high_sums`` the sides' sums over the tokens settled before
     the search (``_settled``), which the search updates.
+
+    With a finite ``slope_limit`` (1 / price) the search finds the largest m whose slope
+    dD/dm = f~'(b) - f~'(a) is at most it, instead of the largest with D(m) <= eps; no sums
+    of f~ are needed to decide, only the two thresholds at each pivot.
 
     Returns (state, binding, q0, base, stopped): ``stopped`` when the state is not a crossing
     of the budget inside the last segment nor the end at m_max, but where that segment ends
@@ -493,7 +510,13 @@ def _search(work, split, low_sums, high_sums, eps, kind, alpha):
         feasible = False
         summed = False
         f_side = f_side_unsummed = f_other = f_other_unsummed = 0.0
+        if slope_limit < np.inf:  # a price: decide by the slope at m_v, from the two thresholds alone
+            a_v, b_v = (v, -t) if side == 0 else (t, -v)
+            high_slope = fpinf if fill > 0.0 else f_tilde_prime(kind, alpha, b_v)
+            feasible = high_slope - f_tilde_prime(kind, alpha, a_v) <= slope_limit
         for exact in (False, True):
+            if slope_limit < np.inf:
+                break
             lower, upper, f_side, f_side_unsummed = _side_cost(
                 key, pp, position, side_sums, s, v, i, p_left, p_right, moved_right, kind, alpha, exact)
             o_lower, o_upper, f_other, f_other_unsummed = _side_cost(
@@ -579,9 +602,9 @@ def _search(work, split, low_sums, high_sums, eps, kind, alpha):
     value = d0
     a, b, fill = a0, b0, fill0
     if length > 0.0 and p_low > 0.0:
-        value, _, a, b, fill = segment_point(length, kind, alpha, f_low, p_low, a0, a_min, f_high, p_high,
-                                             b0, b_max, fpinf, fill0)
-        if value <= eps:
+        value, end_slope, a, b, fill = segment_point(length, kind, alpha, f_low, p_low, a0, a_min, f_high, p_high,
+                                                     b0, b_max, fpinf, fill0)
+        if value <= eps and end_slope <= slope_limit:
             # The whole segment: end exactly on the breakpoint(s) that close it.
             delta = length
             binding = m_end < m_max - tolerance
@@ -598,8 +621,12 @@ def _search(work, split, low_sums, high_sums, eps, kind, alpha):
                 a, b, value = a_end, b_end, end_value
         else:
             binding = True
-            delta = solve_segment(eps, length, d0, kind, alpha, f_low, p_low, a0, a_min, f_high, p_high,
-                                  b0, b_max, fpinf, fill0)
+            if slope_limit < np.inf:
+                delta = solve_slope(slope_limit, length, kind, alpha, f_low, p_low, a0, a_min, f_high, p_high,
+                                    b0, b_max, fpinf, fill0)
+            else:
+                delta = solve_segment(eps, length, d0, kind, alpha, f_low, p_low, a0, a_min, f_high, p_high,
+                                      b0, b_max, fpinf, fill0)
             value, _, a, b, fill = segment_point(delta, kind, alpha, f_low, p_low, a0, a_min, f_high, p_high,
                                                  b0, b_max, fpinf, fill0)
             if delta == 0.0:
