@@ -336,3 +336,18 @@ def test_generate_by_price(pair):
     assert (out.num_new_tokens == 6).all()
     with pytest.raises(ValueError, match="exactly one"):
         generate(target, drafter, torch.tensor([PROMPT]), k=3, eps=0.1, price=1.0, max_new_tokens=2)
+
+
+def test_generate_tracks_the_divergence_it_spends(pair):
+    target, drafter = pair
+    ids = torch.tensor([PROMPT] * 6)
+    budgets = np.array([0.0, 0.0, 0.05, 0.05, 0.4, 0.4])
+    out = generate(target, drafter, ids, k=3, eps=budgets, max_new_tokens=8, seed=5, track_divergence=True)
+    spent = out.stats.divergence_spent
+    untracked = generate(target, drafter, ids, k=3, eps=budgets, max_new_tokens=8, seed=5)
+    assert torch.equal(out.sequences, untracked.sequences) and untracked.stats.divergence_spent is None
+    assert spent.shape == (6,) and (spent[:2] == 0).all() and (spent[2:] > 0).all()
+    # At most the budget at each of the 8 emitted positions (a bonus token spends nothing).
+    assert (spent <= budgets * 8 * (1 + 1e-9)).all() and out.stats.accounting_seconds > 0
+    priced = generate(target, drafter, ids, k=3, price=2.0, max_new_tokens=8, seed=5, track_divergence=True)
+    assert (priced.stats.divergence_spent > 0).all()

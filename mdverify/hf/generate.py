@@ -50,6 +50,12 @@ class GenerationStats:
     target_seconds, drafter_seconds, verify_seconds : float
         Wall time in the target's forwards, in the drafter's forwards and sampling, and in
         verification (probabilities and ``md.verify``).
+    divergence_spent : ndarray of float64, shape (B,), or None
+        With ``track_divergence``: per sequence, the sum of D_f(r_t || p_t) over the positions
+        whose token it emitted (a bonus token is p's, and spends nothing). For kl its mean
+        estimates the sequence-level KL(R || P) by the chain rule.
+    accounting_seconds : float
+        Wall time spent on ``divergence_spent`` (0 without it); not part of the decoding.
     """
 
     target_calls: int
@@ -60,6 +66,8 @@ class GenerationStats:
     target_seconds: float
     drafter_seconds: float
     verify_seconds: float
+    divergence_spent: np.ndarray | None = None
+    accounting_seconds: float = 0.0
 
     @property
     def acceptance(self) -> np.ndarray:
@@ -162,6 +170,17 @@ def _crop(cache, length: int) -> None:
         cache.crop(-extra)
 
 
+def _spent(p, q, budgets, prices, entry, method) -> np.ndarray:
+    """D_f(r_j || p_j) of every drafted position, shape (B, k), at the budgets verify used."""
+    from mdverify.api import mentor
+    from mdverify.prices import plan_chain
+
+    rows, k, n = q.shape
+    eps = plan_chain(p, q, prices, entry).eps if prices is not None else np.repeat(budgets[:, None], k, 1)
+    res = mentor(p[:, :k].reshape(-1, n), q.reshape(-1, n), eps.reshape(-1), entry, method=method)
+    return res.divergence_value.reshape(rows, k)
+
+
 @contextmanager
 def _timed(seconds: dict, name: str, device):
     """Add the wall time of the block to ``seconds[name]``; device work is synchronised first."""
@@ -178,7 +197,7 @@ def _timed(seconds: dict, name: str, device):
 def generate(target, drafter, input_ids, *, k: int, eps=None, price=None, divergence: str | Divergence = "kl",
              max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
              attention_mask=None, eos_token_id=None, seed: int | None = None, method: str = "auto",
-             pad_token_id: int | None = None) -> GenerateOutput:
+             pad_token_id: int | None = None, track_divergence: bool = False) -> GenerateOutput:
     """Speculative sampling with mentored verification, batched, for two causal language models.
 
     Parameters
@@ -209,6 +228,9 @@ def generate(target, drafter, input_ids, *, k: int, eps=None, price=None, diverg
         The solver of each position's mentored distribution.
     pad_token_id : int, optional
         Fills ``sequences`` after each sequence's end (default: the first EOS id, else 0).
+    track_divergence : bool
+        Also solve every verified position's r with ``md.mentor`` and add up the divergence
+        each sequence spends (``stats.divergence_spent``); timed apart from the decoding.
 
     Returns
     -------
@@ -259,7 +281,8 @@ def generate(target, drafter, input_ids, *, k: int, eps=None, price=None, diverg
     drafted = np.zeros(k, np.int64)
     accepted_at = np.zeros(k, np.int64)
     steps = emitted = calls = 0
-    seconds = {"target": 0.0, "drafter": 0.0, "verify": 0.0}
+    seconds = {"target": 0.0, "drafter": 0.0, "verify": 0.0, "accounting": 0.0}
+    spent = np.zeros(rows)
     ones = torch.ones((rows, k + 1), dtype=torch.long, device=device)
 
     with torch.inference_mode():
@@ -286,14 +309,19 @@ def generate(target, drafter, input_ids, *, k: int, eps=None, price=None, diverg
                 q = torch.stack(draft_probs, dim=1).cpu().numpy()
                 out, accepted = verify(p, q, drafts.cpu().numpy(), budgets, entry,
                                        uniforms=rng.random((rows, k + 1, 2)), method=method, price=prices)
+            if track_divergence:
+                with _timed(seconds, "accounting", device):
+                    position_divergence = _spent(p, q, budgets, prices, entry, method)
 
             for b in np.flatnonzero(active):
                 steps += 1
                 emitted += int(accepted[b]) + 1
                 drafted += 1
                 accepted_at[: accepted[b]] += 1
-                for token in out[b, : accepted[b] + 1].tolist():
+                for j, token in enumerate(out[b, : accepted[b] + 1].tolist()):
                     new_tokens[b].append(token)
+                    if track_divergence and j < k:
+                        spent[b] += position_divergence[b, j]
                     if token in stops or len(new_tokens[b]) == max_new_tokens:
                         active[b] = False
                         break
@@ -318,7 +346,8 @@ def generate(target, drafter, input_ids, *, k: int, eps=None, price=None, diverg
     stats = GenerationStats(
         target_calls=calls, sequence_steps=steps, drafted=drafted, accepted=accepted_at, emitted=emitted,
         target_seconds=seconds["target"], drafter_seconds=seconds["drafter"],
-        verify_seconds=seconds["verify"],
+        verify_seconds=seconds["verify"], divergence_spent=spent if track_divergence else None,
+        accounting_seconds=seconds["accounting"],
     )
     num_new = torch.as_tensor([len(tokens) for tokens in new_tokens], dtype=torch.long, device=device)
     return GenerateOutput(sequences=sequences, num_new_tokens=num_new, stats=stats)

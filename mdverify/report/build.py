@@ -9,7 +9,7 @@ import numpy as np
 from tqdm import tqdm
 
 import mdverify as md
-from mdverify.report import sections
+from mdverify.report import neural, sections
 from mdverify.bench.environment import stamp
 
 SCALING_TITLE = "Complexity scaling"
@@ -22,6 +22,7 @@ SECTIONS = (
     ("The reverse_kl truncation caveat", sections.truncation),
     ("Budgets by price", sections.prices),
     ("Decoders: one step of mdverify.hf.generate", sections.decoders),
+    ("A neural pair: faster, and better than the target?", neural.neural_pair),
     ("The divergence table, derived by sympy", sections.divergence_table),
 )
 
