@@ -217,7 +217,8 @@ def _rules(out_dir: Path, target, drafter, tokens, grid, seed: int) -> tuple[lis
 
     temperature, k = _main(grid)
     chains = nd.drafted_chains(target, drafter, nd.prompts(tokens, grid["chains"], 64, seed), k, temperature, seed)
-    sweeps = {"mentored": np.geomspace(1e-3, 3.0, 14), "chain_price": np.geomspace(0.3, 300.0, 16)}
+    sweeps = {"mentored": np.geomspace(1e-3, 3.0, 14), "flat_price": np.geomspace(0.3, 300.0, 16),
+              "chain_price": np.geomspace(0.3, 300.0, 16)}
     points = [{"rule": rule, "parameter": float(v), **dict(zip(("tokens_per_call", "kl_per_call"),
                                                                nd.rule_on_chains(chains, rule, v)))}
               for rule, values in sweeps.items() for v in values]
@@ -236,11 +237,12 @@ def _rules(out_dir: Path, target, drafter, tokens, grid, seed: int) -> tuple[lis
                           f"{tokens_per_call:.3f}", f"{same_eps:.3f}", f"{priced:.3f}",
                           f"{max(same_eps, priced) - tokens_per_call:+.3f}"])
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    labels = {"mentored": "mentored, one eps per position", "chain_price": "mentored, chain price (md.plan_chain)",
-              "lenience": "lenience (vLLM 'mentored' patch)", "static_ensemble": "static ensemble (transformers)"}
+    labels = {"mentored": "mentored, one eps per position", "flat_price": "mentored, one price per position",
+              "chain_price": "mentored, chain price (md.plan_chain)", "lenience": "lenience (vLLM 'mentored' patch)",
+              "static_ensemble": "static ensemble (transformers)"}
     for i, (rule, label) in enumerate(labels.items()):
         mine = sorted((pt["kl_per_call"], pt["tokens_per_call"]) for pt in points if pt["rule"] == rule)
-        ax.plot([d for d, _ in mine], [t for _, t in mine], "-" if i < 2 else "o--", color=f"C{i}", label=label)
+        ax.plot([d for d, _ in mine], [t for _, t in mine], "-" if rule in sweeps else "o--", color=f"C{i}", label=label)
     ax.set_xscale("log")
     ax.set_xlabel("expected KL spent per target call (nats)")
     ax.set_ylabel("expected tokens per target call")
@@ -256,8 +258,9 @@ def _rules(out_dir: Path, target, drafter, tokens, grid, seed: int) -> tuple[lis
         "`assistant_ensemble_weight` (speculative sampling towards w p + (1 - w) q) and the rule public vLLM patches "
         "call 'mentored' (lenience: accept iff p / ((1 - alpha) q) >= u, residual unchanged), against the exact "
         "mentored rule for kl at the same spent KL (interpolated in log KL), with one budget at every position and "
-        "with the budgets of one chain price (`md.plan_chain`, which maximises tokens minus price times KL). "
-        "The gain is the better of the two minus the rule.\n\n![rules](neural_rules.png)\n\n"
+        "with the budgets of one chain price (`md.plan_chain`, which maximises tokens minus price times KL); the "
+        "plot adds one price per position that ignores the chain (SPEC section 10's three curves). "
+        "The gain is the better of the two columns minus the rule.\n\n![rules](neural_rules.png)\n\n"
         + _table(["rule", "parameter", "KL per call", "tokens per call", "mentored, one eps", "mentored, chain price",
                   "mentored gain"], table)
     )

@@ -183,7 +183,8 @@ def _kl_rows(r: np.ndarray, p: np.ndarray) -> np.ndarray:
 def rule_on_chains(chains: Chains, rule: str, value: float) -> tuple[float, float]:
     """(tokens per call, KL per call) of one rule on the chains.
 
-    ``"mentored"``: the kl optimum at budget ``value`` at every position; ``"chain_price"``: the
+    ``"mentored"``: the kl optimum at budget ``value`` at every position; ``"flat_price"``: the kl
+    optimum at price ``value`` at every position, ignoring the chain; ``"chain_price"``: the
     kl optimum at the budgets ``md.plan_chain`` sets for price ``value`` (SPEC section 10);
     ``"lenience"``: accept iff p / ((1 - value) q) >= u, residual (p - q)_+;
     ``"static_ensemble"``: speculative sampling towards value * p + (1 - value) q (transformers'
@@ -192,9 +193,12 @@ def rule_on_chains(chains: Chains, rule: str, value: float) -> tuple[float, floa
     p, q = chains.targets[:, :-1], chains.drafts
     rows, k, n = q.shape
     at = (np.arange(rows)[:, None], np.arange(k)[None, :], chains.proposed)
-    if rule in ("mentored", "chain_price"):
-        budgets = md.plan_chain(chains.targets, q, value, "kl").eps if rule == "chain_price" else np.full((rows, k), value)
-        res = md.mentor(p.reshape(-1, n), q.reshape(-1, n), budgets.reshape(-1), "kl")
+    if rule in ("mentored", "flat_price", "chain_price"):
+        if rule == "flat_price":
+            res = md.mentor(p.reshape(-1, n), q.reshape(-1, n), price=value, divergence="kl")
+        else:
+            budgets = md.plan_chain(chains.targets, q, value, "kl").eps if rule == "chain_price" else np.full((rows, k), value)
+            res = md.mentor(p.reshape(-1, n), q.reshape(-1, n), budgets.reshape(-1), "kl")
         r, spent = res.r.reshape(p.shape), res.divergence_value.reshape(rows, k)
         return chain_expectations(chains, np.minimum(1.0, r[at] / q[at]), spent)
     if rule == "lenience":
@@ -204,4 +208,5 @@ def rule_on_chains(chains: Chains, rule: str, value: float) -> tuple[float, floa
     if rule == "static_ensemble":
         mixture = value * p + (1.0 - value) * q
         return chain_expectations(chains, np.minimum(1.0, mixture[at] / q[at]), _kl_rows(mixture, p))
-    raise ValueError(f"unknown rule {rule!r}; valid: 'mentored', 'chain_price', 'lenience', 'static_ensemble'")
+    raise ValueError(f"unknown rule {rule!r}; valid: 'mentored', 'flat_price', 'chain_price', 'lenience', "
+                     "'static_ensemble'")
