@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mdverify.report.sections import _table, _write
+from mdverify.report.sections import _axes, _table, _write
 
 DIVERGENCES = ("kl", "reverse_kl", "hellinger", "jensen_shannon", "tv")
 BUDGETS = (0.0, 0.01, 0.03, 0.1, 0.3, 1.0)
@@ -184,13 +184,8 @@ def _quality(out_dir: Path, target, early, drafter, tokens, grid) -> tuple[list,
             table.append([label, divergence, f"{m.ce_p:.3f}", f"{m.ce_q:.3f}", f"{budgets[best]:g}", f"{m.ce_r:.3f}",
                           f"{changes[best]:+.4f}", f"{m.mean_h:+.4f} ± {m.stderr:.4f}", f"{m.won:.2f}",
                           "yes" if beats else "no", f"{changes[-1]:+.4f}"])
-        ax.axhline(0, color="k", lw=1)
-        ax.set_xscale("log")
-        ax.set_xlabel("budget eps")
-        ax.set_ylabel("held-out CE(r) - CE(p) (nats per token; < 0: r beats p)")
-        ax.set_title(f"{label}: {truth.size} held-out positions")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        _axes(ax, "budget eps", "held-out CE(r) - CE(p) (nats per token; < 0: r beats p)",
+              f"{label}: {truth.size} held-out positions", zero=True, fontsize=7)
     _write(fig, out_dir / "neural_quality.png")
     agree = max(abs((r["ce_p"] - r["ce_r"]) - r["mean_h"]) for r in rows)
     verdicts = []
@@ -243,12 +238,8 @@ def _rules(out_dir: Path, target, drafter, tokens, grid, seed: int) -> tuple[lis
     for i, (rule, label) in enumerate(labels.items()):
         mine = sorted((pt["kl_per_call"], pt["tokens_per_call"]) for pt in points if pt["rule"] == rule)
         ax.plot([d for d, _ in mine], [t for _, t in mine], "-" if rule in sweeps else "o--", color=f"C{i}", label=label)
-    ax.set_xscale("log")
-    ax.set_xlabel("expected KL spent per target call (nats)")
-    ax.set_ylabel("expected tokens per target call")
-    ax.set_title(f"Rules shipped in decoders against the optimum, T = {temperature:g}, k = {k}")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _axes(ax, "expected KL spent per target call (nats)", "expected tokens per target call",
+          f"Rules shipped in decoders against the optimum, T = {temperature:g}, k = {k}")
     _write(fig, out_dir / "neural_rules.png")
     return points, (
         f"**The rules that ship in real decoders.** On {grid['chains']} drafted chains (the drafter proposes {k} tokens "

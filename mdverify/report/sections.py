@@ -22,13 +22,20 @@ def _style(i: int) -> dict:
 
 
 def _save(fig, ax, path: Path, xlabel: str, ylabel: str, title: str) -> None:
+    _axes(ax, xlabel, ylabel, title, ncol=2)
+    _write(fig, path)
+
+
+def _axes(ax, xlabel: str, ylabel: str, title: str, zero: bool = False, fontsize: int = 8, ncol: int = 1) -> None:
+    """A log-x panel with labels, title, legend and grid; ``zero`` draws the line y = 0."""
+    if zero:
+        ax.axhline(0, color="k", lw=1)
     ax.set_xscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=fontsize, ncol=ncol)
     ax.grid(alpha=0.3)
-    _write(fig, path)
 
 
 def _write(fig, path: Path) -> None:
@@ -288,13 +295,8 @@ def _real_text(out_dir: Path, quick: bool, budgets) -> str:
         control.append([f"{backoff:g}", f"{cross_entropy(P_under):.3f}", f"{cross_entropy(Q):.3f}", best_eps, change,
                         f"{won[best]:.2f}", f"{changes[-1]:.4g}", "yes" if u_shaped else "no"])
     for ax, title in zip(axes, ("Witten-Bell trigram target", "under-smoothed trigram targets (control)")):
-        ax.axhline(0, color="k", lw=1)
-        ax.set_xscale("log")
-        ax.set_xlabel("budget eps")
-        ax.set_ylabel("held-out CE(r) - CE(p) (nats per word; < 0: r beats p)")
-        ax.set_title(f"{title}, bigram drafter")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, ncol=2)
+        _axes(ax, "budget eps", "held-out CE(r) - CE(p) (nats per word; < 0: r beats p)", f"{title}, bigram drafter",
+              zero=True, fontsize=7, ncol=2)
     _write(fig, out_dir / "ngram.png")
     beaten = [row[0] for row in table if not row[1].startswith("none")]
     verdict = (f"r beats this target for {', '.join(beaten)}" if beaten else
