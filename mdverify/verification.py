@@ -7,8 +7,8 @@ import numpy as np
 from mdverify.api import _solver, _workspace
 from mdverify.divergences import Divergence
 from mdverify.divergences import divergence as lookup
-from mdverify.prices import chain_shapes, plan_chain
-from mdverify.validate import as_budgets, check_ratios
+from mdverify.prices import chain_shapes
+from mdverify.validate import as_budgets, as_prices, check_ratios
 
 
 def verify(target_probs, draft_probs, draft_token_ids, eps=None, divergence: str | Divergence = "kl", seed=None,
@@ -59,12 +59,12 @@ def verify(target_probs, draft_probs, draft_token_ids, eps=None, divergence: str
     tokens = _token_ids(draft_token_ids, draft, (rows, positions))
     if (eps is None) == (price is None):
         raise ValueError("give exactly one of eps (a budget per row or position) and price (a price per chain)")
-    if price is not None:
-        budgets = plan_chain(target, draft, price, entry).eps
-    else:
+    if price is None:
         per_row = np.asarray(eps).ndim == 1  # (B,): one budget for each row's positions
         budgets = as_budgets(np.asarray(eps)[:, None] if per_row else eps, (rows, positions))
         budgets = budgets.reshape(rows, positions)
+    else:
+        prices = as_prices(price, (rows,))
     u = _uniforms(seed, uniforms, (rows, positions + 1, 2))
     dtype = np.result_type(target.dtype, draft.dtype)
     target = np.ascontiguousarray(target, dtype)
@@ -72,8 +72,13 @@ def verify(target_probs, draft_probs, draft_token_ids, eps=None, divergence: str
     out = np.empty((rows, positions + 1), np.int64)
     accepted = np.empty(rows, np.int64)
     solver = _solver(method, n)
-    entry.kernels.verify_rows(target, draft, tokens, np.ascontiguousarray(budgets), entry.kind, entry.param, solver, u,
-                              out, accepted, _workspace(solver, rows, n))
+    work = _workspace(solver, rows, n)
+    if price is None:
+        entry.kernels.verify_rows(target, draft, tokens, np.ascontiguousarray(budgets), entry.kind, entry.param, solver,
+                                  u, out, accepted, work)
+    else:  # md.plan_chain's budgets, planned and verified in one kernel call
+        entry.kernels.verify_rows_priced(target, draft, tokens, prices, entry.kind, entry.param, solver, u, out,
+                                         accepted, np.empty((rows, positions)), work)
     return out, accepted
 
 

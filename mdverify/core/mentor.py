@@ -154,18 +154,24 @@ def price_row_select(p, q, price, kind, alpha, r, out, work):
         out[5] = -(f_tilde_prime(kind, alpha, state[A]) + f_prime_at_one(kind, alpha)) * price
 
 
+@kernel
+def price_row_by(method, p, q, price, kind, alpha, r, out, work):
+    """``price_row_select`` when ``method`` is SELECT, else ``price_row`` (which ignores ``work``)."""
+    if method == SELECT:
+        price_row_select(p, q, price, kind, alpha, r, out, work)
+    else:
+        price_row(p, q, price, kind, alpha, r, out)
+
+
 @kernel(parallel=True)
 def price_rows(P, Q, prices, kind, alpha, method, R, out, work):
-    """``price_row`` (SORTED) or ``price_row_select`` (SELECT) for every row of 2-d P, Q in parallel,
-    in chunks as ``mentor_rows`` (each row from its own inputs alone)."""
+    """``price_row_by`` for every row of 2-d P, Q in parallel, in chunks as ``mentor_rows``
+    (each row from its own inputs alone)."""
     rows = P.shape[0]
     chunks = work.shape[0]
     for c in prange(chunks):
         for i in range(c * rows // chunks, (c + 1) * rows // chunks):
-            if method == SELECT:
-                price_row_select(P[i], Q[i], prices[i], kind, alpha, R[i], out[i], work[c])
-            else:
-                price_row(P[i], Q[i], prices[i], kind, alpha, R[i], out[i])
+            price_row_by(method, P[i], Q[i], prices[i], kind, alpha, R[i], out[i], work[c])
 
 
 @kernel

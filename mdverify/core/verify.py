@@ -15,7 +15,7 @@ import numpy as np
 from numba import prange
 
 from mdverify.core.jit import kernel
-from mdverify.core.mentor import FIELDS, mentor_row_by
+from mdverify.core.mentor import FIELDS, mentor_row_by, price_row_by
 
 
 @kernel
@@ -38,6 +38,21 @@ def draw(weights, u):
 
 
 @kernel
+def _emit(target, draft, tokens, j, r, uniforms, out_tokens, residual):
+    """Position j with its mentored r: keep the draft (True) or write the replacement (False)."""
+    x = tokens[j]
+    qx = np.float64(draft[j, x])
+    if uniforms[j, 0] * qx < r[x]:  # accept with probability min(1, r(x) / q(x))
+        out_tokens[j] = x
+        return True
+    for i in range(r.size):
+        residual[i] = r[i] - np.float64(draft[j, i])
+    choice = draw(residual, uniforms[j, 1])
+    out_tokens[j] = choice if choice >= 0 else draw(r, uniforms[j, 1])
+    return False
+
+
+@kernel
 def verify_row(target, draft, tokens, eps, kind, alpha, method, uniforms, out_tokens, r, fields, residual, work):
     """Chain verification of one row; returns the number of accepted draft tokens.
 
@@ -54,15 +69,34 @@ def verify_row(target, draft, tokens, eps, kind, alpha, method, uniforms, out_to
             out_tokens[j] = draw(target[j], uniforms[j, 1])
             return j
         mentor_row_by(method, target[j], draft[j], eps[j], kind, alpha, r, fields, work)
-        qx = np.float64(draft[j, x])
-        if uniforms[j, 0] * qx < r[x]:  # accept with probability min(1, r(x) / q(x))
-            out_tokens[j] = x
-            continue
-        for i in range(r.size):
-            residual[i] = r[i] - np.float64(draft[j, i])
-        choice = draw(residual, uniforms[j, 1])
-        out_tokens[j] = choice if choice >= 0 else draw(r, uniforms[j, 1])
-        return j
+        if not _emit(target, draft, tokens, j, r, uniforms, out_tokens, residual):
+            return j
+    out_tokens[k] = draw(target[k], uniforms[k, 1])
+    return k
+
+
+@kernel
+def verify_row_priced(target, draft, tokens, price, kind, alpha, method, uniforms, out_tokens, rs, fields, residual,
+                      work, eps):
+    """``verify_row`` with the budgets of ``md.plan_chain`` at ``price``, in one pass back and one forth.
+
+    Backwards, position j takes the optimum at the effective price price / (1 + V_{j+1}) and
+    V_j = A_j (1 + V_{j+1}) - price eps_j (SPEC section 10), its r kept in ``rs`` (k, n) and its
+    budget in ``eps`` (k,); forwards, the drafts are verified with those r, none solved twice.
+    """
+    k = tokens.size
+    value = 0.0
+    for j in range(k - 1, -1, -1):
+        price_row_by(method, target[j], draft[j], price / (1.0 + value), kind, alpha, rs[j], fields, work)
+        eps[j] = fields[6]
+        value = fields[0] * (1.0 + value) - (price * eps[j] if eps[j] > 0.0 else 0.0)
+    out_tokens[:] = -1
+    for j in range(k):
+        if tokens[j] < 0:
+            out_tokens[j] = draw(target[j], uniforms[j, 1])
+            return j
+        if not _emit(target, draft, tokens, j, rs[j], uniforms, out_tokens, residual):
+            return j
     out_tokens[k] = draw(target[k], uniforms[k, 1])
     return k
 
@@ -80,3 +114,20 @@ def verify_rows(target, draft, tokens, eps, kind, alpha, method, uniforms, out_t
         for b in range(c * rows // chunks, (c + 1) * rows // chunks):
             num_accepted[b] = verify_row(target[b], draft[b], tokens[b], eps[b], kind, alpha, method,
                                          uniforms[b], out_tokens[b], r, fields, residual, work[c])
+
+
+@kernel(parallel=True)
+def verify_rows_priced(target, draft, tokens, prices, kind, alpha, method, uniforms, out_tokens, num_accepted, eps,
+                       work):
+    """``verify_row_priced`` over a batch in parallel; prices (B,), eps (B, k) receives the plans' budgets."""
+    rows = target.shape[0]
+    chunks = work.shape[0]
+    k = draft.shape[1]
+    n = target.shape[2]
+    for c in prange(chunks):
+        rs = np.empty((k, n), np.float64)
+        residual = np.empty(n, np.float64)
+        fields = np.empty(len(FIELDS), np.float64)
+        for b in range(c * rows // chunks, (c + 1) * rows // chunks):
+            num_accepted[b] = verify_row_priced(target[b], draft[b], tokens[b], prices[b], kind, alpha, method,
+                                                uniforms[b], out_tokens[b], rs, fields, residual, work[c], eps[b])
