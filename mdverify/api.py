@@ -130,9 +130,9 @@ def mentor(p, q, eps=None, divergence: str | Divergence = "kl", method: str = "a
     certified : bool
         Return only rows proved feasible in ball arithmetic (``md.certify``; needs
         python-flint and sympy): a row whose rigorous bound on D_f(r || p) exceeds eps is
-        pulled back towards p by the smallest
-        step of a geometric sequence (from 2^-50 relative, 8 times each) that the bound
-        accepts; ``res.certificate`` then holds the proved gaps. Only with ``eps``.
+        pulled back towards p by the smallest step of a geometric sequence (from 2^-50
+        relative, 8 times each) that the bound accepts; ``res.certificate`` then holds the
+        proved gaps. Only with ``eps``.
 
     Returns
     -------

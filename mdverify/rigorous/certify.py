@@ -312,7 +312,7 @@ def _dual_bound(entry, generator, p, q, r, eps: float, lam: float, mu: float) ->
         if tv:
             term = _tv_term(pi, qi, lam_b, mu_b)
         else:
-            term = _token_term(generator, pi, qi, ri, lam, mu, lam_b, mu_b)
+            term = _token_term(generator, pi, qi, ri, lam_b, mu_b)
         if term is None:
             return math.inf, f"the dual bound of token {i} could not be proved"
         total += term
@@ -357,7 +357,7 @@ def _tv_term(p: float, q: float, lam, mu):
 RETRY_PRECISION, CAPPED_RATIO = 1100, 2.0 ** 100
 
 
-def _token_term(generator, p: float, q: float, r: float, lam: float, mu: float, lam_b, mu_b):
+def _token_term(generator, p: float, q: float, r: float, lam_b, mu_b):
     """(1 - w) q + p sup_t [y t - lam f(t)] with y = w - mu, rigorously bounded above; None if no bracket is proved.
 
     y is chosen so that the sup sits at the result's ratio r / p (y = lam f'(r / p)), or
