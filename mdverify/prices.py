@@ -50,14 +50,19 @@ def chain_shapes(target_probs, draft_probs) -> tuple[np.ndarray, np.ndarray]:
     """target (B, k + 1, n) and draft (B, k, n), checked as distributions with matching shapes."""
     target = as_distributions(target_probs, "target_probs")
     draft = as_distributions(draft_probs, "draft_probs")
-    if target.ndim != 3 or draft.ndim != 3:
-        raise ValueError(f"target_probs must have shape (B, k + 1, n) and draft_probs (B, k, n), got "
-                         f"{target.shape} and {draft.shape}")
-    rows, positions, n = draft.shape
-    if target.shape != (rows, positions + 1, n):
-        raise ValueError(f"target_probs must have shape (B, k + 1, n) = {(rows, positions + 1, n)} to match "
-                         f"draft_probs {draft.shape}, got {target.shape}")
+    check_chain_shapes(target.shape, draft.shape)
     return target, draft
+
+
+def check_chain_shapes(target: tuple[int, ...], draft: tuple[int, ...]) -> None:
+    """Refuse shapes other than target (B, k + 1, n) and draft (B, k, n)."""
+    if len(target) != 3 or len(draft) != 3:
+        raise ValueError(f"target_probs must have shape (B, k + 1, n) and draft_probs (B, k, n), got "
+                         f"{target} and {draft}")
+    rows, positions, n = draft
+    if target != (rows, positions + 1, n):
+        raise ValueError(f"target_probs must have shape (B, k + 1, n) = {(rows, positions + 1, n)} to match "
+                         f"draft_probs {draft}, got {target}")
 
 
 def _spent(price: np.ndarray, eps: np.ndarray) -> np.ndarray:

@@ -65,7 +65,7 @@ def verify(target_probs, draft_probs, draft_token_ids, eps=None, divergence: str
         budgets = budgets.reshape(rows, positions)
     else:
         prices = as_prices(price, (rows,))
-    u = _uniforms(seed, uniforms, (rows, positions + 1, 2))
+    u = uniforms_for(seed, uniforms, (rows, positions + 1, 2))
     dtype = np.result_type(target.dtype, draft.dtype)
     target = np.ascontiguousarray(target, dtype)
     draft = np.ascontiguousarray(draft, dtype)
@@ -83,7 +83,23 @@ def verify(target_probs, draft_probs, draft_token_ids, eps=None, divergence: str
 
 
 def _token_ids(ids, draft: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
-    """Drafted ids as int64 (B, k): in [0, n) then only -1, each with positive draft probability.
+    """Drafted ids as int64 (B, k): in [0, n) then only -1, each with positive draft probability."""
+    arr = token_ids(ids, draft.shape[-1], shape)
+    rows, cols = np.nonzero(arr >= 0)
+    refuse_undrafted(draft[rows, cols, arr[rows, cols]] == 0, rows, cols, arr)
+    return arr
+
+
+def refuse_undrafted(zero: np.ndarray, rows: np.ndarray, cols: np.ndarray, ids: np.ndarray) -> None:
+    """Name the first drafted token (at ``rows``, ``cols`` of ``ids``) whose draft probability is 0."""
+    if zero.any():
+        row, col = rows[np.argmax(zero)], cols[np.argmax(zero)]
+        raise ValueError(f"draft_token_ids row {row} drafted token {ids[row, col]} at position {col}, "
+                         "which the drafter gives probability 0")
+
+
+def token_ids(ids, n: int, shape: tuple[int, int]) -> np.ndarray:
+    """Drafted ids as int64 (B, k): in [0, n) then only -1.
 
     Checked in the ids' own dtype before any cast, so that no id wraps (2**64 - 1 as uint64
     is not -1) and non-integral or non-finite floats are named rather than truncated.
@@ -102,7 +118,6 @@ def _token_ids(ids, draft: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
         if not integral.all():
             row, col = np.argwhere(~integral)[0]
             raise ValueError(f"draft_token_ids row {row} has {arr[row, col].item()!r} at position {col}, not an integer")
-    n = draft.shape[-1]
     bad = (arr < -1) | (arr >= n)
     if bad.any():
         row, col = np.argwhere(bad)[0]
@@ -112,16 +127,10 @@ def _token_ids(ids, draft: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
     if (padding[:, :-1] & ~padding[:, 1:]).any():
         row = int(np.argmax((padding[:, :-1] & ~padding[:, 1:]).any(-1)))
         raise ValueError(f"draft_token_ids row {row} has a token after -1 padding; -1 may only end a row")
-    rows, cols = np.nonzero(~padding)
-    zero = draft[rows, cols, arr[rows, cols]] == 0
-    if zero.any():
-        row, col = rows[np.argmax(zero)], cols[np.argmax(zero)]
-        raise ValueError(f"draft_token_ids row {row} drafted token {arr[row, col]} at position {col}, "
-                         "which the drafter gives probability 0")
     return np.ascontiguousarray(arr)
 
 
-def _uniforms(seed, uniforms, shape: tuple[int, int, int]) -> np.ndarray:
+def uniforms_for(seed, uniforms, shape: tuple[int, int, int]) -> np.ndarray:
     """The uniforms of ``verify``: drawn from ``seed`` (an int or None), or checked as given."""
     if uniforms is None:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):

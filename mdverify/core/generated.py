@@ -14,6 +14,8 @@ from functools import lru_cache
 from pathlib import Path
 
 PREFIX = "mdverify_generator_"
+#: The prefix of a user generator's torch module (``mdverify.torch_backend``).
+TORCH_PREFIX = "mdverify_torch_generator_"
 
 
 def digest(source: str) -> str:
@@ -25,7 +27,7 @@ def load(path: str) -> types.ModuleType:
     """The generated module at ``path``, run from its text once that text's hash matches its name."""
     source = Path(path).read_text()
     name = Path(path).stem
-    if name != PREFIX + digest(source):
+    if name not in (PREFIX + digest(source), TORCH_PREFIX + digest(source)):
         raise PermissionError(f"{path} does not hold the text its name was made from; remove it and try again")
     module = types.ModuleType(name)
     module.__file__ = path

@@ -5,7 +5,8 @@ Text from users is untrusted, and sympy can take hours on some of it, so:
 - the text is parsed here (``mdverify.symbolic.user.parse_user``: nothing is evaluated, and
   size, depth and numbers are bounded), then admitted and its kernels generated in a child
   process that is stopped after ``DEADLINE`` seconds (``python -m mdverify.symbolic.user``);
-- the generated module is written, for people to read, into a private cache folder
+- the generated modules (numba kernels, and torch functions for ``mdverify.torch_backend``)
+  are written, for people to read, into a private cache folder
   (``MDVERIFY_CACHE_DIR``, else ``$XDG_CACHE_HOME/mdverify``, else ``~/.cache/mdverify``; a
   folder that another user owns or can write is refused), named by a hash of its text;
 - the module is run from that text only after the file's hash matches its name, and its
@@ -28,7 +29,7 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-from mdverify.core.generated import PREFIX, digest, load, smoke_test
+from mdverify.core.generated import PREFIX, TORCH_PREFIX, digest, load, smoke_test
 from mdverify.divergences.registry import Divergence
 
 #: Seconds that admitting one generator and generating its kernels may take.
@@ -52,8 +53,9 @@ def cache_dir() -> Path:
     return path
 
 
-def _admit_in_child(text: str) -> tuple[str, str]:
-    """(expression, module source) of an admitted generator, computed within DEADLINE seconds."""
+def _admit_in_child(text: str) -> tuple[str, str, str]:
+    """(expression, numba module source, torch module source) of an admitted generator, computed
+    within DEADLINE seconds."""
     from mdverify.symbolic.user import refusal
 
     package_root = str(Path(__file__).resolve().parents[2])
@@ -70,7 +72,7 @@ def _admit_in_child(text: str) -> tuple[str, str]:
         raise refusal(text, "admission", f"the admission process failed ({detail})") from None
     if "refused" in answer:
         raise ValueError(answer["refused"])
-    return answer["expression"], answer["source"]
+    return answer["expression"], answer["source"], answer["torch_source"]
 
 
 @lru_cache(maxsize=None)
@@ -79,15 +81,22 @@ def user_divergence(text: str) -> Divergence:
     from mdverify.symbolic.user import parse_user, refusal
 
     parse_user(text)  # the quick refusals, without a process
-    expression, source = _admit_in_child(text)
-    path = cache_dir() / f"{PREFIX}{digest(source)}.py"
-    if not path.exists() or path.read_text() != source:
-        partial = path.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(source)
-        os.replace(partial, path)  # atomic: concurrent processes never read half a file
+    expression, source, torch_source = _admit_in_child(text)
+    path = _write(PREFIX, source)
+    torch_path = _write(TORCH_PREFIX, torch_source)
     try:
         smoke_test(load(str(path)))
     except Exception as err:  # a generated function numba cannot compile or run: refuse, never crash later
         raise refusal(text, "compile", f"{type(err).__name__}: {str(err).splitlines()[0][:200]}") from None
     return Divergence(name=text.strip(), expression=expression, formula=f"user-defined, f(t) = {expression}",
-                      kind=0, generated=str(path))
+                      kind=0, generated=str(path), torch_generated=str(torch_path))
+
+
+def _write(prefix: str, source: str) -> Path:
+    """The cache file of a generated module, named by its prefix and the hash of its text."""
+    path = cache_dir() / f"{prefix}{digest(source)}.py"
+    if not path.exists() or path.read_text() != source:
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(source)
+        os.replace(partial, path)  # atomic: concurrent processes never read half a file
+    return path

@@ -37,6 +37,8 @@ class Divergence:
         Family parameter (the alpha of the alpha family), else 0.
     generated : str or None
         For a user-defined generator, the path of its generated kernel module.
+    torch_generated : str or None
+        For a user-defined generator, the path of its generated torch module.
     """
 
     name: str
@@ -45,6 +47,7 @@ class Divergence:
     kind: int
     param: float = 0.0
     generated: str | None = None
+    torch_generated: str | None = None
     _symbolic: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property

@@ -1,7 +1,8 @@
-"""Write ``mdverify/core/_fgen.py``: the numba kernels for every registered generator.
+"""Write ``mdverify/core/_fgen.py`` and ``mdverify/torch_backend/_tgen.py``: the numba kernels
+and the torch tensor functions of every registered generator, printed from one choice of forms.
 
 Run ``python -m mdverify.symbolic.codegen`` after changing the registry, and commit the
-result; ``--check`` exits non-zero if the committed module differs from what the current
+results; ``--check`` exits non-zero if a committed module differs from what the current
 derivations produce (the drift check the test suite also runs).
 """
 
@@ -11,6 +12,7 @@ import argparse
 import math
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import sympy as sp
@@ -177,26 +179,25 @@ def _cost(expr: sp.Expr) -> int:
     return total
 
 
-def above_one_form(direct: sp.Expr, star: sp.Expr, scaled: bool, kinked: bool) -> str:
-    """Code for the branch t > 1 of a function whose value is ``direct`` in t and ``star`` in
-    u = 1/t (times t when ``scaled``): the cheapest candidate (``_cost``, counting the
-    division for u; the earlier among equally cheap, conjugate forms first) whose float64
-    value, computed as the kernel computes it (u rounded from 1/t), is within LOOSE of the
-    50-digit value at each ratio of ``_above_one_grid`` where that is below 1e307: p f~(q/p)
-    is finite where p is near the smallest floats and q/p near the largest, so f~ must not
-    overflow before its value does. The branch is the solvers' inner loop (f~ of every
-    released token), hence the cheapest."""
+def above_one_form(direct: sp.Expr, star: sp.Expr, scaled: bool, kinked: bool) -> tuple[sp.Expr, bool]:
+    """The form of the branch t > 1 of a function whose value is ``direct`` in t and ``star`` in
+    u = 1/t (times t when ``scaled``), as (expression, whether it is in u): the cheapest candidate
+    (``_cost``, counting the division for u; the earlier among equally cheap, conjugate forms
+    first) whose float64 value, computed as the kernel computes it (u rounded from 1/t), is
+    within LOOSE of the 50-digit value at each ratio of ``_above_one_grid`` where that is below
+    1e307: p f~(q/p) is finite where p is near the smallest floats and q/p near the largest, so
+    f~ must not overflow before its value does. The branch is the solvers' inner loop (f~ of
+    every released token), hence the cheapest."""
     def conjugate(candidate):
         fast = sp.lambdify((u, derive_a), candidate, modules="numpy")
         return lambda x, value: (x if scaled else 1.0) * fast(1.0 / x, value)
 
-    forms = [(_cost(c) + 4 + scaled, f"t * ({_code(c)})" if scaled else _code(c), conjugate(c))
-             for c in _candidates(star, u)]
-    forms += [(_cost(c), _code(c), sp.lambdify((t, derive_a), c, modules="numpy")) for c in _candidates(direct, t)]
+    forms = [(_cost(c) + 4 + scaled, (c, True), conjugate(c)) for c in _candidates(star, u)]
+    forms += [(_cost(c), (c, False), sp.lambdify((t, derive_a), c, modules="numpy")) for c in _candidates(direct, t)]
     exact = sp.lambdify((t, derive_a), direct, modules="mpmath")
-    for _, code, evaluate in sorted(forms, key=lambda form: form[0]):  # stable: the earlier among ties
+    for _, form, evaluate in sorted(forms, key=lambda form: form[0]):  # stable: the earlier among ties
         if _within(evaluate, exact, _params(direct, star), _above_one_grid(kinked), 1e307):  # near the float max
-            return code
+            return form
     raise ValueError(f"no numerically stable form found for {direct} above t = 1")
 
 
@@ -205,22 +206,60 @@ def _families() -> list[tuple[str, str]]:
     return [(name, expression) for name, (expression, _) in generators.STANDARD.items()] + [("alpha", generators.ALPHA)]
 
 
-def _branches(bodies: list[tuple[str, str]], skip_missing: bool = False, in_t: bool = True) -> list[str]:
-    lines = []
-    for kind, (name, expr) in enumerate(bodies):
-        if skip_missing and expr == "math.nan":
-            continue
-        lines += [f"    if kind == {kind}:  # {name}"]
-        if in_t and re.search(r"\bu\b", expr):  # a conjugate form: u = 1/t, computed only where used
-            lines += ["        u = 1.0 / t"]
-        lines += [f"        return float({expr})"]
-    return lines
+#: The functions of t, each with the Derivation attribute of its value in u above t = 1, and
+#: whether that value is scaled by t.
+T_FUNCTIONS = {"f_tilde": ("f_tilde_star", True), "f_tilde_prime": ("f_tilde_prime_star", False)}
+#: The constants of (kind, a), with their docstrings.
+CONSTANTS = {
+    "f_prime_at_one": "f'(1), the subgradient 0 where f has a kink at 1.",
+    "f_second_at_one": "f''(1); nan where f is not twice differentiable at 1.",
+    "f_tilde_at_zero": "lim_{t->0+} f~(t); may be inf.",
+    "f_tilde_prime_at_zero": "lim_{t->0+} f~'(t); may be -inf.",
+    "f_tilde_prime_at_inf": "lim_{t->inf} f~(t)/t; may be inf.",
+}
+T_DOCS = {
+    "f_tilde": "f~(t) for t in [0, inf); above 1 as t f~*(1/t) where that is accurate (it cannot overflow early).",
+    "f_tilde_prime": "f~'(t) for t in [0, inf); above 1 as f~*(u) - u f~*'(u) at u = 1/t where that is accurate.",
+}
+STAR_DOC = "u f~(1/u) for u in (0, 1]: f~(t) = t f~*(1/t), for the ratios t at which f~(t) overflows."
+ROOT_DOC = ("The largest real delta with p_low f~(1 - da - delta/p_low) + p_high f~(1 + db + delta/p_high) = e.",
+            "Closed forms from sympy (SPEC C5); nan for the kinds without one, or no real root.")
 
 
-def _dispatch(fn: str, args: str, doc: str, bodies: list[tuple[str, str]]) -> str:
-    lines = ["@kernel", f"def {fn}({args}):", f'    """{doc}"""']
-    lines += _branches(bodies, in_t="t" in args.split(", ")) + ["    return math.nan", "", ""]
-    return "\n".join(lines)
+@dataclass(frozen=True)
+class Forms:
+    """The expressions chosen for one generator, which every emitter prints as they are.
+
+    ``near`` holds each function of t's series in w = t - 1 (None at a kink), ``low`` its
+    stable form on (0, 1], ``high`` the form of ``above_one_form`` (expression, in u).
+    """
+
+    name: str
+    constants: dict
+    near: dict
+    low: dict
+    high: dict
+    star: sp.Expr
+    roots: tuple | None
+
+
+def choose_forms(families: list[tuple[str, str]]) -> list[Forms]:
+    """The forms of every generator of ``families``, (name, generator text) in kind order."""
+    out = []
+    for name, text in families:
+        d = derive(parse_generator(text))
+        kinked = d.f_tilde.has(sp.Abs, sp.sign)
+        out.append(Forms(
+            name=name,
+            constants={attr: getattr(d, attr) for attr in CONSTANTS},
+            near={fn: near_one_series(getattr(d, fn)) for fn in T_FUNCTIONS},
+            low={fn: stable_form(getattr(d, fn), t) for fn in T_FUNCTIONS},
+            high={fn: above_one_form(getattr(d, fn), getattr(d, star), scaled, kinked)
+                  for fn, (star, scaled) in T_FUNCTIONS.items()},
+            star=stable_form(d.f_tilde_star, u),
+            roots=d.segment_roots,
+        ))
+    return out
 
 
 def near_one_series(expr: sp.Expr) -> sp.Expr | None:
@@ -247,6 +286,31 @@ def near_one_series(expr: sp.Expr) -> sp.Expr | None:
     return sp.horner(sp.expand(sp.simplify(series)), wrt=w)
 
 
+def _high_code(form: tuple[sp.Expr, bool], scaled: bool, code) -> str:
+    expr, in_u = form
+    return f"t * ({code(expr)})" if in_u and scaled else code(expr)
+
+
+# The numba module: scalar kernels that branch on kind and on t.
+
+def _branches(bodies: list[tuple[str, str]], skip_missing: bool = False, in_t: bool = True) -> list[str]:
+    lines = []
+    for kind, (name, expr) in enumerate(bodies):
+        if skip_missing and expr == "math.nan":
+            continue
+        lines += [f"    if kind == {kind}:  # {name}"]
+        if in_t and re.search(r"\bu\b", expr):  # a conjugate form: u = 1/t, computed only where used
+            lines += ["        u = 1.0 / t"]
+        lines += [f"        return float({expr})"]
+    return lines
+
+
+def _dispatch(fn: str, args: str, doc: str, bodies: list[tuple[str, str]], decorator: str = "@kernel") -> str:
+    lines = [decorator] * bool(decorator) + [f"def {fn}({args}):", f'    """{doc}"""']
+    lines += _branches(bodies, in_t="t" in args.split(", ")) + ["    return math.nan", "", ""]
+    return "\n".join(lines)
+
+
 def _dispatch_t(fn: str, doc: str, at_zero: str, near, low, high) -> str:
     """A function of t: its limit at 0, a series near 1, the direct form on (0, 1], the form of
     ``above_one_form`` above."""
@@ -261,71 +325,191 @@ def _dispatch_t(fn: str, doc: str, at_zero: str, near, low, high) -> str:
     return "\n".join(lines)
 
 
-def module_source(families: list[tuple[str, str]], header: str = HEADER) -> str:
-    """The generated module for ``families``, (name, generator text) in kind order."""
-    derived: list[tuple[str, Derivation]] = [(name, derive(parse_generator(text))) for name, text in families]
+def _constants(forms: list[Forms], decorator: str) -> list[str]:
+    """The constants of (kind, a), printed for Python's math (numba compiles the same text)."""
+    def code(expr):
+        return "math.nan" if expr is None else _code(expr)
 
-    def bodies(attr: str, var: sp.Symbol | None = None, transform=None) -> list[tuple[str, str]]:
-        out = []
-        for name, d in derived:
-            value = getattr(d, attr)
-            if value is not None and transform is not None:
-                value = transform(value)
-            if value is not None and var is not None:
-                value = stable_form(value, var)
-            out.append((name, "math.nan" if value is None else _code(value)))
-        return out
+    return [_dispatch(fn, "kind, a", doc, [(f.name, code(f.constants[fn])) for f in forms], decorator)
+            for fn, doc in CONSTANTS.items()]
 
-    parts = [header]
-    parts.append("KINDS = (" + ", ".join(repr(name) for name, _ in families) + ",)\n\n\n")
-    parts.append(_dispatch("f_prime_at_one", "kind, a", "f'(1), the subgradient 0 where f has a kink at 1.", bodies("f_prime_at_one")))
-    parts.append(_dispatch("f_second_at_one", "kind, a", "f''(1); nan where f is not twice differentiable at 1.", bodies("f_second_at_one")))
-    parts.append(_dispatch("f_tilde_at_zero", "kind, a", "lim_{t->0+} f~(t); may be inf.", bodies("f_tilde_at_zero")))
-    parts.append(_dispatch("f_tilde_prime_at_zero", "kind, a", "lim_{t->0+} f~'(t); may be -inf.", bodies("f_tilde_prime_at_zero")))
-    parts.append(_dispatch("f_tilde_prime_at_inf", "kind, a", "lim_{t->inf} f~(t)/t; may be inf.", bodies("f_tilde_prime_at_inf")))
 
-    def above_one(attr: str, star_attr: str, scaled: bool) -> list[tuple[str, str]]:
-        return [(name, above_one_form(getattr(d, attr), getattr(d, star_attr), scaled,
-                                      kinked=d.f_tilde.has(sp.Abs, sp.sign)))
-                for name, d in derived]
-
-    parts.append(_dispatch_t(
-        "f_tilde", "f~(t) for t in [0, inf); above 1 as t f~*(1/t) where that is accurate (it cannot overflow early).",
-        "f_tilde_at_zero", bodies("f_tilde", transform=near_one_series),
-        bodies("f_tilde", t), above_one("f_tilde", "f_tilde_star", scaled=True),
-    ))
-    parts.append(_dispatch_t(
-        "f_tilde_prime", "f~'(t) for t in [0, inf); above 1 as f~*(u) - u f~*'(u) at u = 1/t where that is accurate.",
-        "f_tilde_prime_at_zero", bodies("f_tilde_prime", transform=near_one_series),
-        bodies("f_tilde_prime", t), above_one("f_tilde_prime", "f_tilde_prime_star", scaled=False),
-    ))
-    parts.append(_dispatch(
-        "f_tilde_star", "kind, a, u",
-        "u f~(1/u) for u in (0, 1]: f~(t) = t f~*(1/t), for the ratios t at which f~(t) overflows.",
-        bodies("f_tilde_star", u),
-    ))
-    parts.append(_segment_root(derived))
+def module_source(families: list[tuple[str, str]] | list[Forms], header: str = HEADER) -> str:
+    """The generated numba module for ``families`` ((name, generator text) in kind order, or
+    their ``choose_forms``)."""
+    forms = families if families and isinstance(families[0], Forms) else choose_forms(families)
+    parts = [header, "KINDS = (" + ", ".join(repr(f.name) for f in forms) + ",)\n\n\n"]
+    parts += _constants(forms, "@kernel")
+    for fn, (_, scaled) in T_FUNCTIONS.items():
+        parts.append(_dispatch_t(
+            fn, T_DOCS[fn], f"{fn}_at_zero",
+            [(f.name, "math.nan" if f.near[fn] is None else _code(f.near[fn])) for f in forms],
+            [(f.name, _code(f.low[fn])) for f in forms],
+            [(f.name, _high_code(f.high[fn], scaled, _code)) for f in forms],
+        ))
+    parts.append(_dispatch("f_tilde_star", "kind, a, u", STAR_DOC, [(f.name, _code(f.star)) for f in forms]))
+    parts.append(_segment_root(forms))
     return "".join(parts).rstrip() + "\n"
 
 
-def _segment_root(derived: list[tuple[str, Derivation]]) -> str:
+def _segment_root(forms: list[Forms]) -> str:
     """The closed-form solve of the segment equation, for the kinds sympy solved; nan otherwise."""
     lines = ["@kernel", "def segment_root(kind, a, e, p_low, da, p_high, db):"]
-    lines += ['    """The largest real delta with p_low f~(1 - da - delta/p_low) + p_high f~(1 + db + delta/p_high) = e.',
-              "", "    Closed forms from sympy (SPEC C5); nan for the kinds without one, or no real root.", '    """']
-    for kind, (name, d) in enumerate(derived):
-        if d.segment_roots is None:
+    lines += [f'    """{ROOT_DOC[0]}', "", f"    {ROOT_DOC[1]}", '    """']
+    for kind, f in enumerate(forms):
+        if f.roots is None:
             continue
-        lines += [f"    if kind == {kind}:  # {name}", "        best = -math.inf"]
-        for root in d.segment_roots:
+        lines += [f"    if kind == {kind}:  # {f.name}", "        best = -math.inf"]
+        for root in f.roots:
             lines += [f"        root = float({_code(root)})", "        if root > best:", "            best = root"]
         lines += ["        return best if best > -math.inf else math.nan"]
     return "\n".join(lines + ["    return math.nan", "", ""])
 
 
-def generate_source() -> str:
-    """The text of ``core/_fgen.py``: every registered generator, in kind order."""
-    return module_source(_families())
+# The torch module: the same forms as tensor programs, each branch chosen elementwise.
+
+class _TorchPrinter(_Printer):
+    """``_Printer`` with torch's elementwise functions wherever an argument depends on a
+    variable (constants such as log(2) stay Python floats), sign as torch.sign and a
+    Piecewise as nested ``_where``."""
+
+    def _print(self, expr, **kwargs):
+        if isinstance(expr, sp.Function) and expr.free_symbols and not isinstance(expr, (sp.Abs, sp.Piecewise)):
+            if isinstance(expr, sp.sign):
+                return f"torch.sign({self._print(expr.args[0])})"
+            name = self.known_functions.get(type(expr).__name__)
+            if name is None:
+                raise ValueError(f"no torch function for {type(expr).__name__}")
+            return f"torch.{name.removeprefix('math.')}({', '.join(self._print(arg) for arg in expr.args)})"
+        return super()._print(expr, **kwargs)
+
+    def _hprint_Pow(self, expr, rational=False, sqrt="math.sqrt"):
+        return super()._hprint_Pow(expr, rational, "torch.sqrt" if expr.base.free_symbols else sqrt)
+
+    def _print_Piecewise(self, expr):
+        *pieces, (last, _) = expr.args
+        text = self._print(last)
+        for value, condition in reversed(pieces):
+            text = f"_where({self._print(condition)}, {self._print(value)}, {text})"
+        return text
+
+    def _print_And(self, expr):
+        return " & ".join(f"({self._print(arg)})" for arg in expr.args)
+
+    def _print_Or(self, expr):
+        return " | ".join(f"({self._print(arg)})" for arg in expr.args)
+
+
+def _torch_code(expr: sp.Expr) -> str:
+    return _TorchPrinter().doprint(sp.sympify(expr))
+
+
+TORCH_TARGET = Path(__file__).resolve().parent.parent / "torch_backend" / "_tgen.py"
+
+TORCH_HEADER = '''\
+"""Torch tensor functions for every registered generator, one per kind and function.
+
+GENERATED by ``python -m mdverify.symbolic.codegen`` from the same sympy derivations and the
+same chosen forms as ``mdverify.core._fgen`` (``codegen.choose_forms``). Do not edit: the
+test suite regenerates this file and fails on any difference.
+
+The constants of (kind, a) are Python floats; the functions of t take a float64 tensor and
+compute every branch of the numba kernel elementwise, keeping the one that applies.
+"""
+
+import math
+
+import torch
+
+'''
+
+TORCH_HELPERS = f'''\
+NEAR_ONE = {NEAR_ONE!r}
+#: From this many elements on, each branch is evaluated only on its own elements (a gather and
+#: a scatter each); below it every branch is evaluated everywhere and one kept (fewer launches).
+MASKED_FROM = 4096
+
+
+def _like(t, value):
+    return value if isinstance(value, torch.Tensor) else torch.full_like(t, value)
+
+
+def _where(condition, x, y):
+    if isinstance(condition, bool):
+        return x if condition else y
+    return torch.where(condition, x, y)
+
+
+def _pieces(t, at_zero, near, low, high):
+    """at_zero at t = 0, near(t, w, u) within NEAR_ONE of 1 (unless None), low on (0, 1], high
+    above; w = t - 1 and u = 1 / t."""
+    w = t - 1.0
+    if t.numel() < MASKED_FROM:
+        u = 1.0 / t
+        out = torch.where(t <= 1.0, _like(t, low(t, w, u)), _like(t, high(t, w, u)))
+        if near is not None:
+            out = torch.where(w.abs() < NEAR_ONE, _like(t, near(t, w, u)), out)
+        return torch.where(t == 0.0, _like(t, at_zero), out)
+    out = torch.full_like(t, at_zero)
+    close = (w.abs() < NEAR_ONE) if near is not None else torch.zeros_like(t, dtype=torch.bool)
+    for region, branch in ((close, near), ((t > 0.0) & (t <= 1.0) & ~close, low), ((t > 1.0) & ~close, high)):
+        x = t[region]
+        if x.numel():
+            out[region] = _like(x, branch(x, x - 1.0, 1.0 / x))
+    return out
+
+
+'''
+
+
+def _torch_t_function(fn: str, forms: list[Forms], scaled: bool) -> str:
+    lines = [f"def {fn}(kind, a, t):", f'    """{T_DOCS[fn]}"""']
+    for kind, f in enumerate(forms):
+        near = "None" if f.near[fn] is None else f"lambda t, w, u: {_torch_code(f.near[fn])}"
+        lines += [f"    if kind == {kind}:  # {f.name}",
+                  f"        return _pieces(t, {fn}_at_zero(kind, a),",
+                  f"                       {near},",
+                  f"                       lambda t, w, u: {_torch_code(f.low[fn])},",
+                  f"                       lambda t, w, u: {_high_code(f.high[fn], scaled, _torch_code)})"]
+    return "\n".join(lines + ["    return torch.full_like(t, math.nan)", "", ""])
+
+
+def _torch_star(forms: list[Forms]) -> str:
+    lines = ["def f_tilde_star(kind, a, u):", f'    """{STAR_DOC}"""']
+    for kind, f in enumerate(forms):
+        lines += [f"    if kind == {kind}:  # {f.name}", f"        return _like(u, {_torch_code(f.star)})"]
+    return "\n".join(lines + ["    return torch.full_like(u, math.nan)", "", ""])
+
+
+def _torch_segment_root(forms: list[Forms]) -> str:
+    lines = ["def segment_root(kind, a, e, p_low, da, p_high, db):", f'    """{ROOT_DOC[0]}', "",
+             f"    {ROOT_DOC[1]} Tensors of one shape in, one out.", '    """']
+    for kind, f in enumerate(forms):
+        if f.roots is None:
+            continue
+        roots = ", ".join(f"_like(e, {_torch_code(root)})" for root in f.roots)
+        lines += [f"    if kind == {kind}:  # {f.name}",
+                  f"        roots = torch.stack([{roots}])",
+                  "        best = torch.where(torch.isnan(roots), -math.inf, roots).amax(0)",
+                  "        return torch.where(best > -math.inf, best, math.nan)"]
+    return "\n".join(lines + ["    return torch.full_like(e, math.nan)", "", ""])
+
+
+def torch_module_source(families: list[tuple[str, str]] | list[Forms], header: str = TORCH_HEADER) -> str:
+    """The generated torch module for ``families`` (as ``module_source``)."""
+    forms = families if families and isinstance(families[0], Forms) else choose_forms(families)
+    parts = [header, "KINDS = (" + ", ".join(repr(f.name) for f in forms) + ",)\n\n", TORCH_HELPERS]
+    parts += _constants(forms, "")
+    for fn, (_, scaled) in T_FUNCTIONS.items():
+        parts.append(_torch_t_function(fn, forms, scaled))
+    parts += [_torch_star(forms), _torch_segment_root(forms)]
+    return "".join(parts).rstrip() + "\n"
+
+
+def generate_sources() -> dict[Path, str]:
+    """The texts of ``core/_fgen.py`` and ``torch_backend/_tgen.py``: every registered generator."""
+    forms = choose_forms(_families())
+    return {TARGET: module_source(forms), TORCH_TARGET: torch_module_source(forms)}
 
 
 USER_HEADER = '''\
@@ -345,26 +529,47 @@ kernel = _kernel(cache=False)
 '''
 
 
-def generator_source(expression: str) -> str:
-    """The generated module of one user-defined generator (sympy text in t), as kind 0."""
-    return module_source([(expression, expression)], USER_HEADER.format(text=expression))
+TORCH_USER_HEADER = '''\
+"""Torch tensor functions for the user-defined generator f(t) = {text}, as kind 0.
+
+GENERATED by ``mdverify.symbolic.codegen.generator_sources`` from the sympy derivation of
+that generator, with the forms of its numba module; ``mdverify.torch_backend`` calls them in
+place of ``mdverify.torch_backend._tgen``.
+"""
+
+import math
+
+import torch
+
+'''
+
+
+def generator_sources(expression: str) -> tuple[str, str]:
+    """The generated numba and torch modules of one user-defined generator (sympy text in t), as
+    kind 0."""
+    forms = choose_forms([(expression, expression)])
+    return (module_source(forms, USER_HEADER.format(text=expression)),
+            torch_module_source(forms, TORCH_USER_HEADER.format(text=expression)))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the committed module is out of date")
-    parser.add_argument("--target", type=Path, default=TARGET)
+    parser.add_argument("--check", action="store_true", help="exit 1 if a committed module is out of date")
+    parser.add_argument("--target", type=Path, default=TARGET, help="where the numba module is")
+    parser.add_argument("--torch-target", type=Path, default=TORCH_TARGET, help="where the torch module is")
     args = parser.parse_args(argv)
-    source = generate_source()
+    sources = generate_sources()
+    outputs = {args.target: sources[TARGET], args.torch_target: sources[TORCH_TARGET]}
     if args.check:
-        current = args.target.read_text() if args.target.exists() else ""
-        if current != source:
-            print(f"{args.target} is out of date; run python -m mdverify.symbolic.codegen", file=sys.stderr)
-            return 1
-        print(f"{args.target} matches its derivation")
-        return 0
-    args.target.write_text(source)
-    print(f"wrote {args.target}")
+        stale = [path for path, source in outputs.items() if (path.read_text() if path.exists() else "") != source]
+        for path in stale:
+            print(f"{path} is out of date; run python -m mdverify.symbolic.codegen", file=sys.stderr)
+        for path in outputs.keys() - set(stale):
+            print(f"{path} matches its derivation")
+        return 1 if stale else 0
+    for path, source in outputs.items():
+        path.write_text(source)
+        print(f"wrote {path}")
     return 0
 
 

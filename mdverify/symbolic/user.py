@@ -164,19 +164,19 @@ def _extended_real(value: sp.Expr) -> float | None:
 
 
 def _main() -> int:
-    """Admit the generator text read from stdin; print its expression and generated module, or
-    its refusal, as one JSON object (``mdverify.divergences.custom`` runs this in a child
+    """Admit the generator text read from stdin; print its expression and generated modules
+    (numba and torch), or its refusal, as one JSON object (``mdverify.divergences.custom`` runs this in a child
     process, which it stops after a deadline)."""
-    from mdverify.symbolic.codegen import generator_source
+    from mdverify.symbolic.codegen import generator_sources
 
     text = sys.stdin.read()
     try:
         expression = sp.sstr(admit(text).f)
         try:
-            source = generator_source(expression)
+            source, torch_source = generator_sources(expression)
         except Exception as err:  # any failure to find accurate float64 forms refuses f
             raise refusal(text, "stable kernels", str(err)[:300]) from None
-        answer = {"expression": expression, "source": source}
+        answer = {"expression": expression, "source": source, "torch_source": torch_source}
     except ValueError as err:
         answer = {"refused": str(err)}
     except Exception as err:  # sympy's own failures on odd input
