@@ -1,13 +1,20 @@
-"""``md.mentor`` and ``md.verify`` on PyTorch CPU tensors, zero-copy through numpy.
+"""``md.mentor`` and ``md.verify`` on PyTorch tensors: the numba kernels on the CPU, the torch
+backend elsewhere.
 
 PyTorch is optional (``pip install "mdverify[torch]"``, which the test extra includes); this
-module imports it only when called. Tensors must live on the CPU: the kernels are numba
-CPU code, and a silent device transfer would hide a copy in a decoder's hot loop.
-float32 and float64 tensors are read in place (contiguous ones without any copy). A float16 or
-bfloat16 distribution cannot sum to 1 much better than its 8 or 11 bits allow, so its rows are
-checked against ``HALF_SUM_TOLERANCE`` and then divided by their float64 sums into float32 (the
-dtype of the r that comes back). Results come back as tensors that share memory with the
-arrays the kernels wrote.
+module imports it only when called. ``backend`` chooses the implementation:
+
+- ``"auto"`` (default): the numba kernels for CPU tensors, ``mdverify.torch_backend`` for
+  tensors on any other device (no copy to the CPU, results on that device);
+- ``"numba"``: the numba kernels (CPU tensors only: a silent device transfer would hide a copy
+  in a decoder's hot loop);
+- ``"torch"``: the torch backend on any device, the CPU included.
+
+On the numba path, float32 and float64 tensors are read in place (contiguous ones without any
+copy). A float16 or bfloat16 distribution cannot sum to 1 much better than its 8 or 11 bits
+allow, so its rows are checked against ``HALF_SUM_TOLERANCE`` and then divided by their
+float64 sums into float32 (the dtype of the r that comes back). Results come back as tensors
+that share memory with the arrays the kernels wrote.
 
 Examples
 --------
@@ -72,15 +79,41 @@ def _tensor(x):
     return torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else torch.tensor(x)
 
 
-def mentor(p, q, eps, divergence="kl", method: str = "auto") -> MentorResult:
-    """``md.mentor`` for tensors: the same arguments and fields, each field a tensor."""
+BACKENDS = ("auto", "numba", "torch")
+
+
+def backend_for(backend: str, *tensors) -> str:
+    """"numba" or "torch": ``backend`` resolved for the devices of ``tensors`` (see the module)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; valid backends are: {', '.join(BACKENDS)}")
+    torch = require_torch()
+    off_cpu = any(isinstance(x, torch.Tensor) and x.device.type != "cpu" for x in tensors)
+    if backend == "auto":
+        return "torch" if off_cpu else "numba"
+    return backend
+
+
+def mentor(p, q, eps, divergence="kl", method: str = "auto", backend: str = "auto") -> MentorResult:
+    """``md.mentor`` for tensors: the same arguments and fields, each field a tensor.
+
+    ``method`` chooses the numba solver and is ignored by the torch backend (one algorithm).
+    """
+    if backend_for(backend, p, q) == "torch":
+        from mdverify import torch_backend
+
+        return torch_backend.mentor(p, q, eps, divergence)
     res = _mentor(_array(p, "p", True), _array(q, "q", True), _array(eps, "eps"), divergence, method)
     return MentorResult(**{f.name: _tensor(getattr(res, f.name)) for f in fields(res) if f.name != "certificate"})
 
 
 def verify(target_probs, draft_probs, draft_token_ids, eps, divergence="kl", seed=None, uniforms=None,
-           method: str = "auto"):
-    """``md.verify`` for tensors: (output_token_ids, num_accepted) as int64 tensors."""
+           method: str = "auto", backend: str = "auto"):
+    """``md.verify`` for tensors: (output_token_ids, num_accepted) as int64 tensors, on the
+    inputs' device."""
+    if backend_for(backend, target_probs, draft_probs) == "torch":
+        from mdverify import torch_backend
+
+        return torch_backend.verify(target_probs, draft_probs, draft_token_ids, eps, divergence, seed, uniforms)
     out, accepted = _verify(
         _array(target_probs, "target_probs", True), _array(draft_probs, "draft_probs", True),
         _array(draft_token_ids, "draft_token_ids"), _array(eps, "eps"), divergence, seed,

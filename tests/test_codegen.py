@@ -14,11 +14,13 @@ def test_generated_module_matches_derivation():
     assert codegen.main(["--check"]) == 0  # regenerates and compares the text
 
 
-def test_drift_check_fails_on_hand_edit(tmp_path):
-    copy = tmp_path / "_fgen.py"
-    shutil.copy(codegen.TARGET, copy)
-    copy.write_text(copy.read_text().replace("math.log(t)", "math.log(t + 1e-16)", 1))
-    assert codegen.main(["--check", "--target", str(copy)]) == 1
+@pytest.mark.parametrize("option, target, function", [("--target", codegen.TARGET, "math.log(t)"),
+                                                      ("--torch-target", codegen.TORCH_TARGET, "torch.log(t)")])
+def test_drift_check_fails_on_hand_edit(tmp_path, option, target, function):
+    copy = tmp_path / target.name
+    shutil.copy(target, copy)
+    copy.write_text(copy.read_text().replace(function, function.replace("(t)", "(t + 1e-16)"), 1))
+    assert codegen.main(["--check", option, str(copy)]) == 1
 
 
 def test_kinds_follow_the_registry():

@@ -126,14 +126,15 @@ def test_the_replacement_at_eps_zero_is_transformers_lossless_rule():
         assert pvalue(np.bincount(n, minlength=4), matches) > 1e-3, name
 
 
-@pytest.mark.parametrize("divergence, eps", [("kl", 0.3), ("reverse_kl", 0.3), ("hellinger", 0.05)])
-def test_the_replacement_emits_the_mentored_distribution(divergence, eps):
+@pytest.mark.parametrize("divergence, eps, backend", [("kl", 0.3, "auto"), ("reverse_kl", 0.3, "auto"),
+                                                      ("hellinger", 0.05, "auto"), ("kl", 0.3, "torch")])
+def test_the_replacement_emits_the_mentored_distribution(divergence, eps, backend):
     draws = 6000
     draft_logits, target_logits = fixed_logits()
     q = draft_logits.softmax(-1)[0].double().numpy()
     p = target_logits.softmax(-1)[0].double().numpy()
     r = md.mentor(p[:3], q, eps, divergence).r
-    firsts, n = run_verifier(mentored_speculative_sampling(eps, md.divergence(divergence), "auto"), draws)
+    firsts, n = run_verifier(mentored_speculative_sampling(eps, md.divergence(divergence), "auto", backend), draws)
     first, matches = exact_lossless(r=r)
     assert pvalue(np.bincount(firsts, minlength=VOCAB), first) > 1e-3
     assert pvalue(np.bincount(n, minlength=4), matches) > 1e-3
@@ -227,12 +228,13 @@ def test_generate_at_eps_zero_samples_the_target(pair):
     assert pvalue(counts, plain) < 1e-6
 
 
-@pytest.mark.parametrize("divergence, eps", [("kl", 0.3), ("reverse_kl", 0.3), ("hellinger", 0.05)])
-def test_generate_emits_the_mentored_distribution(pair, divergence, eps):
+@pytest.mark.parametrize("divergence, eps, backend", [("kl", 0.3, "auto"), ("reverse_kl", 0.3, "auto"),
+                                                      ("hellinger", 0.05, "auto"), ("reverse_kl", 0.3, "torch")])
+def test_generate_emits_the_mentored_distribution(pair, divergence, eps, backend):
     target, drafter = pair
     rows = 2000
     out = generate(target, drafter, torch.tensor([PROMPT] * rows), k=3, eps=eps, divergence=divergence,
-                   max_new_tokens=1, seed=6)
+                   max_new_tokens=1, seed=6, backend=backend)
     x1 = out.sequences[:, len(PROMPT)].numpy()
     r = mentored_chain(target, drafter, PROMPT, eps, divergence, steps=1)
     assert pvalue(np.bincount(x1, minlength=VOCAB), r) > 1e-3

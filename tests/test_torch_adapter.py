@@ -55,7 +55,9 @@ def test_tensor_verify_matches_numpy_and_refuses_other_devices():
     np.testing.assert_array_equal(out.numpy(), ref_out)
     np.testing.assert_array_equal(accepted.numpy(), ref_accepted)
     with pytest.raises(ValueError, match="move it with .cpu"):
-        mdt.mentor(torch.empty(3, device="meta"), torch.empty(3, device="meta"), 0.1)
+        mdt.mentor(torch.empty(3, device="meta"), torch.empty(3, device="meta"), 0.1, backend="numba")
+    with pytest.raises(ValueError, match="unknown backend 'jax'"):
+        mdt.mentor(torch.from_numpy(p[0]), torch.from_numpy(q[0]), 0.1, backend="jax")
 
 
 def test_half_precision_rows_are_checked_then_renormalised():

@@ -28,7 +28,7 @@ from mdverify.api import _solver
 from mdverify.divergences import Divergence
 from mdverify.divergences import divergence as lookup
 from mdverify.hf.logits import probabilities, shared_vocabulary
-from mdverify.torch_adapter import require_torch
+from mdverify.torch_adapter import backend_for, require_torch
 from mdverify.validate import as_budgets, as_prices
 from mdverify.verification import verify
 
@@ -197,7 +197,7 @@ def _timed(seconds: dict, name: str, device):
 def generate(target, drafter, input_ids, *, k: int, eps=None, price=None, divergence: str | Divergence = "kl",
              max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
              attention_mask=None, eos_token_id=None, seed: int | None = None, method: str = "auto",
-             pad_token_id: int | None = None, track_divergence: bool = False) -> GenerateOutput:
+             pad_token_id: int | None = None, track_divergence: bool = False, backend: str = "auto") -> GenerateOutput:
     """Speculative sampling with mentored verification, batched, for two causal language models.
 
     Parameters
@@ -231,6 +231,10 @@ def generate(target, drafter, input_ids, *, k: int, eps=None, price=None, diverg
     track_divergence : bool
         Also solve every verified position's r with ``md.mentor`` and add up the divergence
         each sequence spends (``stats.divergence_spent``); timed apart from the decoding.
+    backend : {"auto", "numba", "torch"}
+        Where verification runs (``mdverify.torch_adapter``): "auto" verifies models on the
+        CPU with the numba kernels and models on other devices with ``mdverify.torch_backend``,
+        on their device; with ``price`` verification always runs on the numba kernels.
 
     Returns
     -------
@@ -238,6 +242,8 @@ def generate(target, drafter, input_ids, *, k: int, eps=None, price=None, diverg
     """
     torch = require_torch()
     from transformers import DynamicCache
+
+    from mdverify.torch_backend import verify as torch_verify
 
     ids, mask = _prompt(input_ids, attention_mask)
     rows = ids.shape[0]
@@ -253,6 +259,11 @@ def generate(target, drafter, input_ids, *, k: int, eps=None, price=None, diverg
     prices = None if price is None else as_prices(price, (rows,))
     entry = lookup(divergence)
     _solver(method, 1)
+    on_device = backend_for(backend, ids) == "torch"
+    if on_device and prices is not None:
+        if backend == "torch":
+            raise ValueError("price= is verified by the numba kernels; use backend='auto' or 'numba'")
+        on_device = False
     processors = _logits_processors(temperature, top_k, top_p)
     stops = set() if eos_token_id is None else {int(t) for t in np.atleast_1d(eos_token_id)}
     pad = pad_token_id if pad_token_id is not None else (min(stops) if stops else 0)
@@ -305,13 +316,19 @@ def generate(target, drafter, input_ids, *, k: int, eps=None, price=None, diverg
                 target_len = width + k
                 calls += 1
             with _timed(seconds, "verify", device):
-                p = distribution(logits).cpu().numpy()
-                q = torch.stack(draft_probs, dim=1).cpu().numpy()
-                out, accepted = verify(p, q, drafts.cpu().numpy(), budgets, entry,
-                                       uniforms=rng.random((rows, k + 1, 2)), method=method, price=prices)
+                p, q = distribution(logits), torch.stack(draft_probs, dim=1)
+                uniforms = rng.random((rows, k + 1, 2))
+                if on_device:
+                    out, accepted = (x.cpu().numpy() for x in torch_verify(p, q, drafts, budgets, entry,
+                                                                          uniforms=uniforms))
+                else:
+                    p, q = p.cpu().numpy(), q.cpu().numpy()
+                    out, accepted = verify(p, q, drafts.cpu().numpy(), budgets, entry, uniforms=uniforms,
+                                           method=method, price=prices)
             if track_divergence:
                 with _timed(seconds, "accounting", device):
-                    position_divergence = _spent(p, q, budgets, prices, entry, method)
+                    position_divergence = _spent(*(x.cpu().numpy() if on_device else x for x in (p, q)), budgets,
+                                                 prices, entry, method)
 
             for b in np.flatnonzero(active):
                 steps += 1

@@ -25,6 +25,7 @@ from mdverify.api import _solver
 from mdverify.divergences import Divergence
 from mdverify.divergences import divergence as lookup
 from mdverify.hf.logits import probabilities, shared_vocabulary
+from mdverify.torch_adapter import backend_for
 from mdverify.validate import as_budgets
 from mdverify.verification import verify
 
@@ -56,9 +57,12 @@ def _generation_utils():
     return utils
 
 
-def mentored_speculative_sampling(budget: float, entry: Divergence, method: str):
-    """A drop-in ``_speculative_sampling`` that verifies with the mentored distributions."""
+def mentored_speculative_sampling(budget: float, entry: Divergence, method: str, backend: str = "auto"):
+    """A drop-in ``_speculative_sampling`` that verifies with the mentored distributions, on the
+    logits' device where ``backend`` resolves to the torch backend (``mdverify.torch_adapter``)."""
     import torch
+
+    from mdverify.torch_backend import verify as torch_verify
 
     def _speculative_sampling(candidate_input_ids, candidate_logits, candidate_length, new_logits,
                               assistant_ensemble_weight=None):
@@ -69,9 +73,13 @@ def mentored_speculative_sampling(budget: float, entry: Divergence, method: str)
         drafted = candidate_input_ids[:, -candidate_length:]
         # torch's generator draws the uniforms, so torch.manual_seed reproduces a run as in transformers.
         uniforms = torch.rand((1, candidate_length + 1, 2), dtype=torch.float64).numpy()
-        target = probabilities(new_logits, n).cpu().numpy()
-        draft = probabilities(candidate_logits, n).cpu().numpy()
-        out, accepted = verify(target, draft, drafted.cpu().numpy(), budget, entry, uniforms=uniforms, method=method)
+        target, draft = probabilities(new_logits, n), probabilities(candidate_logits, n)
+        if backend_for(backend, target) == "torch":
+            out, accepted = (x.cpu().numpy() for x in torch_verify(target, draft, drafted, budget, entry,
+                                                                  uniforms=uniforms))
+        else:
+            out, accepted = verify(target.cpu().numpy(), draft.cpu().numpy(), drafted.cpu().numpy(), budget, entry,
+                                   uniforms=uniforms, method=method)
         n_matches = int(accepted[0])
         valid_tokens = torch.as_tensor(out[:, : n_matches + 1], device=candidate_input_ids.device)
         return valid_tokens, torch.tensor(n_matches, device=candidate_input_ids.device)
@@ -95,7 +103,7 @@ def _warn_without_sampling(assisted_decoding):
 
 
 @contextmanager
-def mentored_sampling(eps: float, divergence: str | Divergence = "kl", method: str = "auto"):
+def mentored_sampling(eps: float, divergence: str | Divergence = "kl", method: str = "auto", backend: str = "auto"):
     """Verify transformers' assisted generation with the mentored rule, inside this context.
 
     Parameters
@@ -105,6 +113,9 @@ def mentored_sampling(eps: float, divergence: str | Divergence = "kl", method: s
         transformers' own lossless speculative sampling.
     divergence : str or Divergence
     method : {"auto", "sorted", "select"}
+    backend : {"auto", "numba", "torch"}
+        Where verification runs: "auto" on the CPU with the numba kernels for models on the
+        CPU, and with ``mdverify.torch_backend`` on the models' device otherwise.
 
     Examples
     --------
@@ -114,11 +125,12 @@ def mentored_sampling(eps: float, divergence: str | Divergence = "kl", method: s
     """
     budget = float(as_budgets(eps, ())[0])
     entry = lookup(divergence)
-    _solver(method, 1)  # an unknown method is refused here, not at the first verification
+    _solver(method, 1)  # an unknown method or backend is refused here, not at the first verification
+    backend_for(backend)
     utils = _generation_utils()
     original_sampling = utils._speculative_sampling
     original_decoding = utils.GenerationMixin._assisted_decoding
-    utils._speculative_sampling = mentored_speculative_sampling(budget, entry, method)
+    utils._speculative_sampling = mentored_speculative_sampling(budget, entry, method, backend)
     utils.GenerationMixin._assisted_decoding = _warn_without_sampling(original_decoding)
     try:
         yield
