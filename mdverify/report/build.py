@@ -10,6 +10,7 @@ from tqdm import tqdm
 
 import mdverify as md
 from mdverify.report import neural, sections
+from mdverify.report.torch_backend import torch_backend_section
 from mdverify.bench.environment import stamp
 
 SCALING_TITLE = "Complexity scaling"
@@ -22,6 +23,7 @@ SECTIONS = (
     ("The reverse_kl truncation caveat", sections.truncation),
     ("Budgets by price", sections.prices),
     ("Decoders: one step of mdverify.hf.generate", sections.decoders),
+    ("The torch backend: the same optimum on any device", torch_backend_section),
     ("A neural pair: faster, and better than the target?", neural.neural_pair),
     ("The divergence table, derived by sympy", sections.divergence_table),
 )
