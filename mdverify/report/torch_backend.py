@@ -30,13 +30,14 @@ def agreement(n: int, rows: int, seed: int) -> list[list[str]]:
     out = []
     for entry in divergence_suite():
         worst = {"float64": [0.0, 0.0], "float32": [0.0, 0.0]}
-        for _, p, q in batches:
-            for eps in BUDGETS:
-                ref = md.mentor(p, q, eps, entry)
-                res = torch_backend.mentor(torch.from_numpy(p), torch.from_numpy(q), eps, entry)
-                cell = worst["float32" if p.dtype == np.float32 else "float64"]
-                cell[0] = max(cell[0], float(np.abs(res.acceptance.numpy() - ref.acceptance).max()))
-                cell[1] = max(cell[1], float(np.abs(res.r.numpy().astype(np.float64) - ref.r).max()))
+        for _, p, q in batches:  # every budget at once: the rows repeated, one budget per copy
+            p, q = np.tile(p, (len(BUDGETS), 1)), np.tile(q, (len(BUDGETS), 1))
+            eps = np.repeat(BUDGETS, rows)
+            ref = md.mentor(p, q, eps, entry)
+            res = torch_backend.mentor(torch.from_numpy(p), torch.from_numpy(q), eps, entry)
+            cell = worst["float32" if p.dtype == np.float32 else "float64"]
+            cell[0] = max(cell[0], float(np.abs(res.acceptance.numpy() - ref.acceptance).max()))
+            cell[1] = max(cell[1], float(np.abs(res.r.numpy().astype(np.float64) - ref.r).max()))
         out.append([entry.name] + [f"{value:.1e}" for key in ("float64", "float32") for value in worst[key]])
     return out
 

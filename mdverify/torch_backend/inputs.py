@@ -80,5 +80,6 @@ def host(x):
 
 
 def on(device, array: np.ndarray, dtype=torch.float64) -> torch.Tensor:
-    return torch.as_tensor(np.ascontiguousarray(array), dtype=dtype, device=device)
+    """A small host array (budgets, ids, uniforms) copied onto ``device``."""
+    return torch.tensor(array, dtype=dtype, device=device)
 
