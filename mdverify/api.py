@@ -61,10 +61,9 @@ class MentorResult:
 
 
 def _result(r: np.ndarray, fields: np.ndarray, batch_shape: tuple[int, ...]) -> MentorResult:
-    columns = {name: fields[:, j].reshape(batch_shape) for j, name in enumerate(kernels.FIELDS)}
-    if not batch_shape:
-        columns = {name: value[()] for name, value in columns.items()}
-    return MentorResult(r=r, **columns)
+    if not batch_shape:  # one row: numpy scalars
+        return MentorResult(r, *(fields[0, j] for j in range(len(kernels.FIELDS))))
+    return MentorResult(r, *(fields[:, j].reshape(batch_shape) for j in range(len(kernels.FIELDS))))
 
 
 _local = threading.local()

@@ -5,6 +5,8 @@ Nothing reaches a numba kernel unchecked, and nothing is silently clipped or ren
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 #: How much of a user's text an error message quotes.
@@ -134,6 +136,8 @@ def _refuse_first(bad: np.ndarray, flat: np.ndarray, name: str, batch_shape: tup
 
 def as_budgets(eps, batch_shape: tuple[int, ...]) -> np.ndarray:
     """Budgets broadcast to the batch shape, as float64; each >= 0 (inf allowed), never nan."""
+    if type(eps) in (float, int) and eps >= 0:  # the common case, checked without array operations
+        return np.full(math.prod(batch_shape), float(eps))
     flat = _per_row(eps, "eps", batch_shape, "iufb")
     _refuse_first(np.isnan(flat) | (flat < 0), flat, "eps", batch_shape, "budgets must be >= 0 (inf allowed), not nan")
     return flat
