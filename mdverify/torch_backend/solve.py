@@ -98,12 +98,13 @@ class Index:
 
 def _prefix(x):
     """(B, n) -> (B, n + 1): 0 then the running sums."""
-    return torch.nn.functional.pad(torch.cumsum(x, -1), (1, 0))
+    return torch.cat([torch.zeros_like(x[:, :1]), torch.cumsum(x, -1)], -1)
 
 
 def _suffix(x):
-    """(B, n) -> (B, n + 1): the sums from each position to the end, then 0."""
-    return torch.nn.functional.pad(torch.flip(torch.cumsum(torch.flip(x, (-1,)), -1), (-1,)), (0, 1))
+    """(B, n) -> (B, n + 1): the sums from each position to the end, then 0 (summed from the end,
+    so that a tail of tiny masses keeps its relative precision)."""
+    return torch.cat([torch.flip(torch.cumsum(torch.flip(x, (-1,)), -1), (-1,)), torch.zeros_like(x[:, :1])], -1)
 
 
 def build_index(P, Q, gen: Generator) -> Index:
