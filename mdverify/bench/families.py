@@ -15,6 +15,7 @@ against "select" at its own budget.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -49,7 +50,25 @@ def _ngram_rows(n, rng):
     return P[i], Q[i]
 
 
-#: name -> rows(n, rng): (p, q) of length n (the n-gram rows have their vocabulary's length).
+@lru_cache(maxsize=1)
+def _neural_positions() -> tuple[np.ndarray, np.ndarray]:
+    from mdverify.workloads.neural import held_out_tokens, load_pair
+    from mdverify.workloads.neural_decoding import teacher_forced_rows
+
+    _, target, drafter = load_pair()
+    (P, Q), _ = teacher_forced_rows([target, drafter], held_out_tokens(), positions=254)
+    return P, Q
+
+
+def _neural_rows(n, rng):
+    """A held-out position of the neural pair, teacher-forced (its vocabulary of 4096, not n);
+    ImportError without PyTorch."""
+    P, Q = _neural_positions()
+    i = int(rng.integers(len(P)))
+    return P[i], Q[i]
+
+
+#: name -> rows(n, rng): (p, q) of length n (the n-gram and neural rows have their vocabulary's length).
 FAMILIES = {
     "LLM-like, T = 0.7": lambda n, rng: _pair(n, rng, temperature=0.7),
     "LLM-like, T = 1.5": lambda n, rng: _pair(n, rng, temperature=1.5),
@@ -61,6 +80,7 @@ FAMILIES = {
     "near-identical pair": lambda n, rng: (lambda p: (p, _softmax(np.log(p) + 1e-3 * rng.standard_normal(n))))(
         _softmax(_zipf(n, rng))),
     "n-gram models (CPython text)": _ngram_rows,
+    "neural pair (held-out text)": _neural_rows,
     "reference row (llm_rows seed 1)": lambda n, rng: tuple(x[0] for x in llm_rows(n, 1, seed=1)),
 }
 
@@ -139,7 +159,10 @@ def run(n: int, quick: bool = False, bar=None) -> dict:
     budgets = (0.1,) if quick else BUDGETS
     cases, families = [], []
     for k, (family, rows) in enumerate(FAMILIES.items()):
-        p, q = (np.ascontiguousarray(x, dtype=np.float64) for x in rows(n, np.random.default_rng(1000 + k)))
+        try:
+            p, q = (np.ascontiguousarray(x, dtype=np.float64) for x in rows(n, np.random.default_rng(1000 + k)))
+        except ImportError:  # the neural pair needs the torch extra
+            continue
         cases += _cases_of(family, p, q, divergences, budgets)
         families.append(_family_timing(family, p, q))
         if bar is not None:
