@@ -203,12 +203,14 @@ def _keep_budget_after_rounding(entry: Divergence, P, Q, R, fields, budgets) -> 
     values = np.empty(R.shape[0])
     entry.kernels.divergence_rows(R, P, entry.kind, entry.param, values)
     _pull_back(entry, P, Q, R, fields, budgets, values, np.flatnonzero(values > budgets),
-               lambda i, row: float(entry.value(row, P[i])) <= budgets[i], first_step=1e-7)
+               lambda i, row: float(entry.value(row, P[i])) <= budgets[i], first_step=ROUNDING_FIRST_STEP)
     fields[:, kernels.FIELDS.index("divergence_value")] = values
 
 
-#: Each step back towards p is this many times the last (``_pull_back``).
-_STEP_GROWTH = 8.0
+#: Each step back towards p is this many times the last (``_pull_back``); the first step of
+#: a float32 row that rounding took over its budget.
+STEP_GROWTH = 8.0
+ROUNDING_FIRST_STEP = 1e-7
 
 
 def _pull_back(entry: Divergence, P, Q, R, fields, budgets, values, rows, within, first_step: float) -> None:
@@ -233,7 +235,7 @@ def _pull_back(entry: Divergence, P, Q, R, fields, budgets, values, rows, within
             candidate = (p + scale * (1.0 - step) * (r - p)).astype(R.dtype)
             if within(i, candidate):
                 break
-            step *= _STEP_GROWTH
+            step *= STEP_GROWTH
         else:
             candidate = P[i].copy()
         R[i] = candidate

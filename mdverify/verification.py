@@ -60,9 +60,7 @@ def verify(target_probs, draft_probs, draft_token_ids, eps=None, divergence: str
     if (eps is None) == (price is None):
         raise ValueError("give exactly one of eps (a budget per row or position) and price (a price per chain)")
     if price is None:
-        per_row = np.asarray(eps).ndim == 1  # (B,): one budget for each row's positions
-        budgets = as_budgets(np.asarray(eps)[:, None] if per_row else eps, (rows, positions))
-        budgets = budgets.reshape(rows, positions)
+        budgets = chain_budgets(eps, rows, positions)
     else:
         prices = as_prices(price, (rows,))
     u = uniforms_for(seed, uniforms, (rows, positions + 1, 2))
@@ -80,6 +78,12 @@ def verify(target_probs, draft_probs, draft_token_ids, eps=None, divergence: str
         entry.kernels.verify_rows_priced(target, draft, tokens, prices, entry.kind, entry.param, solver, u, out,
                                          accepted, np.empty((rows, positions)), work)
     return out, accepted
+
+
+def chain_budgets(eps, rows: int, positions: int) -> np.ndarray:
+    """Budgets of shape (B, k) from a number, one per row (B,) or one per position (B, k)."""
+    per_row = np.ndim(eps) == 1  # (B,): one budget for each row's positions
+    return as_budgets(np.asarray(eps)[:, None] if per_row else eps, (rows, positions)).reshape(rows, positions)
 
 
 def _token_ids(ids, draft: np.ndarray, shape: tuple[int, int]) -> np.ndarray:

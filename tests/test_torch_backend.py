@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 from scipy.stats import chisquare
 
 import mdverify as md
-from mdverify.workloads import divergence_suite
 from mdverify.workloads.instances import edge_rows, families
 from mdverify.workloads.synthetic import llm_rows
 

@@ -25,6 +25,7 @@ import math
 import time
 
 import numpy as np
+from tqdm import tqdm
 
 from mdverify.bench.environment import stamp
 
@@ -67,7 +68,7 @@ def peer(P, Q, eps: float, max_steps: int = 10, tolerance: float = 0.1):
     return alpha
 
 
-def measure(device: str = "cpu", rows_list=(40,), n: int = N, seed: int = 0, bar=None) -> dict:
+def measure(device: str = "cpu", rows_list=(40,), n: int = N, seed: int = 0) -> dict:
     """Seconds and ratios for each batch size of ``rows_list`` on ``device`` (see the module)."""
     import torch
 
@@ -78,7 +79,7 @@ def measure(device: str = "cpu", rows_list=(40,), n: int = N, seed: int = 0, bar
     dev = torch.device(device)
     synchronize = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     results = []
-    for rows in rows_list:
+    for rows in tqdm(rows_list, desc=f"torch backend on {device}", unit="batch", leave=False):
         p, q = llm_rows(n, rows, seed=seed, dtype=np.float32)
         P, Q = torch.from_numpy(p).to(dev), torch.from_numpy(q).to(dev)
         logits = torch.log(P.clamp(min=1e-30))
@@ -94,9 +95,6 @@ def measure(device: str = "cpu", rows_list=(40,), n: int = N, seed: int = 0, bar
         results.append({"rows": rows, "n": n, "seconds": seconds,
                         "ratios": {name: seconds["torch backend"] / value for name, value in seconds.items()
                                    if name != "torch backend"}})
-        if bar is not None:
-            bar.update(1)
-        del P, Q, logits
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
     return {"device": f"{dev} ({name})", "dtype": "float32", "divergence": DIVERGENCE, "eps": EPS,
             "torch": torch.__version__, "results": results, **stamp()}

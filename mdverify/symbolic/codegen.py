@@ -19,7 +19,7 @@ import sympy as sp
 from sympy.printing.pycode import PythonCodePrinter
 
 from mdverify import generators
-from mdverify.symbolic.derive import Derivation, derive, parse_generator, t, u
+from mdverify.symbolic.derive import derive, parse_generator, t, u
 from mdverify.symbolic.derive import a as derive_a
 
 TARGET = Path(__file__).resolve().parent.parent / "core" / "_fgen.py"

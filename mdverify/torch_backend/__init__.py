@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mdverify.api import MentorResult
+from mdverify.api import ROUNDING_FIRST_STEP, STEP_GROWTH, MentorResult
 from mdverify.core.mentor import FIELDS
 from mdverify.divergences import Divergence
 from mdverify.divergences import divergence as lookup
@@ -36,14 +36,9 @@ from mdverify.torch_backend.chain import verify_chains
 from mdverify.torch_backend.inputs import distributions, generator, host, on, pair, ratios
 from mdverify.torch_backend.solve import Generator, divergence_rows, solve_rows
 from mdverify.validate import as_budgets
-from mdverify.verification import refuse_undrafted, token_ids, uniforms_for
+from mdverify.verification import chain_budgets, refuse_undrafted, token_ids, uniforms_for
 
 __all__ = ["mentor", "verify"]
-
-#: Each step back towards p is this many times the last, from FIRST_STEP (``md.mentor``'s rule).
-STEP_GROWTH = 8.0
-FIRST_STEP = 1e-7
-
 
 def mentor(p, q, eps, divergence: str | Divergence = "kl") -> MentorResult:
     """``md.mentor`` for tensors on any device: the same optimum, every field a tensor there.
@@ -78,7 +73,7 @@ def mentor(p, q, eps, divergence: str | Divergence = "kl") -> MentorResult:
 def _rounded_within_budget(R, P, Q, fields, budgets, gen: Generator, dtype) -> torch.Tensor:
     """R rounded to ``dtype``, rows that rounding took over their budget pulled back along the
     segment to p (``api._pull_back``: theta = min(1, eps / D)(1 - step), steps growing from
-    FIRST_STEP by STEP_GROWTH, p itself at the end); ``fields`` then describe the returned rows."""
+    ROUNDING_FIRST_STEP by STEP_GROWTH, p itself at the end); ``fields`` then describe the returned rows."""
     rounded = R.to(dtype)
     values = divergence_rows(rounded.to(torch.float64), P, gen)
     pending = values > budgets
@@ -86,7 +81,7 @@ def _rounded_within_budget(R, P, Q, fields, budgets, gen: Generator, dtype) -> t
     if bool(pending.any()):
         start = rounded.to(torch.float64)
         scale = torch.where(values > 0, torch.clamp(budgets / values, max=1.0), 1.0)[:, None]
-        step = FIRST_STEP
+        step = ROUNDING_FIRST_STEP
         while step < 1.0 and bool(pending.any()):
             candidate = (P + scale * (1.0 - step) * (start - P)).to(dtype)
             candidate_values = divergence_rows(candidate.to(torch.float64), P, gen)
@@ -126,8 +121,6 @@ def verify(target_probs, draft_probs, draft_token_ids, eps, divergence: str | Di
     unlikely = (tokens >= 0) & (draft.gather(-1, tokens.clamp(min=0)[..., None])[..., 0] == 0)
     if bool(unlikely.any()):
         refuse_undrafted(unlikely.cpu().numpy()[ids >= 0], *np.nonzero(ids >= 0), ids)
-    eps = host(eps)
-    per_row = np.ndim(eps) == 1  # (B,): one budget for each row's positions
-    budgets = as_budgets(np.asarray(eps)[:, None] if per_row else eps, (rows, positions)).reshape(rows, positions)
+    budgets = chain_budgets(host(eps), rows, positions)
     u = uniforms_for(seed, host(uniforms), (rows, positions + 1, 2))
     return verify_chains(target, draft, tokens, on(draft.device, budgets), on(draft.device, u), gen)
