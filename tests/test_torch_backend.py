@@ -28,37 +28,41 @@ def both(p, q, eps, divergence):
     return ref, {name: value.numpy() for name, value in vars(res).items() if value is not None}
 
 
+def at_every_budget(p, q):
+    """The rows repeated once per budget of BUDGETS, and the budget of each copy."""
+    p, q = np.atleast_2d(p), np.atleast_2d(q)
+    return np.tile(p, (len(BUDGETS), 1)), np.tile(q, (len(BUDGETS), 1)), np.repeat(BUDGETS, p.shape[0])
+
+
 @pytest.mark.parametrize("label", [label for label, _, _ in FAMILIES])
 def test_every_family_divergence_and_budget_matches_the_numba_core(label, entry):
     _, p, q = next(row for row in FAMILIES if row[0] == label)
     tolerance = 1e-5 if p.dtype == np.float32 else 1e-12
-    for eps in BUDGETS:
-        ref, res = both(p, q, eps, entry)
-        assert res["r"].dtype == p.dtype
-        np.testing.assert_allclose(res["acceptance"], ref.acceptance, rtol=0, atol=tolerance)
-        np.testing.assert_allclose(res["r"], ref.r, rtol=0, atol=tolerance)
-        assert (res["divergence_value"] <= eps * (1 + 1e-12) + 1e-15).all()
-        binding = (ref.lam > 1e-6) & (ref.lam < 1e6) & np.isfinite(eps) & (eps > 0)
-        np.testing.assert_allclose(res["lam"][binding], ref.lam[binding], rtol=1e-6)
+    p, q, eps = at_every_budget(p, q)
+    ref, res = both(p, q, eps, entry)
+    assert res["r"].dtype == p.dtype
+    np.testing.assert_allclose(res["acceptance"], ref.acceptance, rtol=0, atol=tolerance)
+    np.testing.assert_allclose(res["r"], ref.r, rtol=0, atol=tolerance)
+    assert (res["divergence_value"] <= eps * (1 + 1e-12) + 1e-15).all()
+    binding = (ref.lam > 1e-6) & (ref.lam < 1e6) & np.isfinite(eps) & (eps > 0)
+    np.testing.assert_allclose(res["lam"][binding], ref.lam[binding], rtol=1e-6)
 
 
 @pytest.mark.parametrize("label, p, q", EDGES, ids=[row[0] for row in EDGES])
 def test_edge_rows_match_the_numba_core(label, p, q, entry):
-    for eps in BUDGETS:
-        ref, res = both(p, q, eps, entry)
-        np.testing.assert_allclose(res["acceptance"], ref.acceptance, rtol=0, atol=1e-12)
-        np.testing.assert_allclose(res["r"], ref.r, rtol=0, atol=1e-12)
-        assert abs(res["r"].sum() - 1) < 1e-12
+    ref, res = both(*at_every_budget(p, q), entry)
+    np.testing.assert_allclose(res["acceptance"], ref.acceptance, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(res["r"], ref.r, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(res["r"].sum(-1), 1.0, rtol=0, atol=1e-12)
 
 
 def test_a_user_generator_runs_on_its_own_generated_torch_module():
-    entry = md.divergence("(t-1)*log(t) + (t-1)**2")
+    entry = md.divergence("(t-1)*log(t)")  # admitted once per process: other tests use it too
     assert entry.torch_generated is not None and entry.torch_generated != entry.generated
     p, q = llm_rows(400, 4, seed=5)
-    for eps in (0.0, 0.03, 0.5, np.inf):
-        ref, res = both(p, q, eps, entry)
-        np.testing.assert_allclose(res["acceptance"], ref.acceptance, rtol=0, atol=1e-12)
-        np.testing.assert_allclose(res["r"], ref.r, rtol=0, atol=1e-12)
+    ref, res = both(*at_every_budget(p, q), entry)
+    np.testing.assert_allclose(res["acceptance"], ref.acceptance, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(res["r"], ref.r, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("kind", range(len(_tgen.KINDS)))
