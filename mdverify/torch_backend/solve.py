@@ -27,7 +27,7 @@ printed from the same forms as the numba kernels.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -172,6 +172,10 @@ class Segment:
     cost_high: torch.Tensor
     fill0: torch.Tensor
 
+    def each(self, fn) -> "Segment":
+        """The segment with ``fn`` applied to every field (a reshape, an index)."""
+        return Segment(**{field.name: fn(getattr(self, field.name)) for field in fields(self)})
+
     def at(self, delta, gen: Generator, fpinf: float):
         """(D, dD/ddelta, a, b, fill) at ``delta``."""
         a = torch.maximum(self.a0 - delta / torch.where(self.c_low > 0, self.c_low, 1.0), self.a_min)
@@ -243,7 +247,7 @@ def _solve_segment(seg: Segment, length, eps, gen: Generator, fpinf: float):
     geometric midpoint and, at the first step, sympy's closed-form root, and keeps the tightest
     bracket: the width halves, and so does the ratio of the ends, at every step.
     """
-    wide = Segment(**{name: getattr(seg, name)[..., None] for name in seg.__dataclass_fields__})
+    wide = seg.each(lambda x: x[..., None])
     ends = torch.stack([torch.zeros_like(length), length], -1)
     value, slope, *_ = wide.at(ends, gen, fpinf)
     lo, hi = ends.unbind(-1)
@@ -299,8 +303,7 @@ def solve_rows(P, Q, eps, gen: Generator):
     binding = _value(index, m_max, gen, fpinf) > e
     m0 = torch.where(binding, found, m_max)
     length = torch.where(binding, beyond - m0, 0.0)
-    seg = segment_at(index, m0)
-    seg = Segment(**{name: getattr(seg, name)[:, 0] for name in seg.__dataclass_fields__})
+    seg = segment_at(index, m0).each(lambda x: x[:, 0])
     binding, m0, length = binding[:, 0], m0[:, 0], length[:, 0]
     delta = _solve_segment(seg, length, eps, gen, fpinf)
     zero = torch.zeros_like(delta)
