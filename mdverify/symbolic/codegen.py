@@ -334,10 +334,8 @@ def _constants(forms: list[Forms], decorator: str) -> list[str]:
             for fn, doc in CONSTANTS.items()]
 
 
-def module_source(families: list[tuple[str, str]] | list[Forms], header: str = HEADER) -> str:
-    """The generated numba module for ``families`` ((name, generator text) in kind order, or
-    their ``choose_forms``)."""
-    forms = families if families and isinstance(families[0], Forms) else choose_forms(families)
+def module_source(forms: list[Forms], header: str = HEADER) -> str:
+    """The generated numba module of generators' ``choose_forms``, in kind order."""
     parts = [header, "KINDS = (" + ", ".join(repr(f.name) for f in forms) + ",)\n\n\n"]
     parts += _constants(forms, "@kernel")
     for fn, (_, scaled) in T_FUNCTIONS.items():
@@ -495,9 +493,8 @@ def _torch_segment_root(forms: list[Forms]) -> str:
     return "\n".join(lines + ["    return torch.full_like(e, math.nan)", "", ""])
 
 
-def torch_module_source(families: list[tuple[str, str]] | list[Forms], header: str = TORCH_HEADER) -> str:
-    """The generated torch module for ``families`` (as ``module_source``)."""
-    forms = families if families and isinstance(families[0], Forms) else choose_forms(families)
+def torch_module_source(forms: list[Forms], header: str = TORCH_HEADER) -> str:
+    """The generated torch module of generators' ``choose_forms``, in kind order."""
     parts = [header, "KINDS = (" + ", ".join(repr(f.name) for f in forms) + ",)\n\n", TORCH_HELPERS]
     parts += _constants(forms, "")
     for fn, (_, scaled) in T_FUNCTIONS.items():

@@ -79,7 +79,8 @@ class Index:
     Entry j of a side is its state with its first j sorted tokens released: ``m`` the moved
     mass there, ``threshold`` the clip threshold (1 at j = 0), ``clipped`` the p mass still
     clipped and ``released_cost`` the sum of p f~(rho) over the released tokens. ``cap_*`` are
-    the sides' capacities, ``q0`` the drafter mass where p = 0, ``base`` = sum min(p, q).
+    the sides' capacities, ``q0`` the drafter mass where p = 0, ``base`` = sum min(p, q);
+    ``finite_high`` (B, n) marks, in row order, the high-side tokens (q > p, q/p finite).
     """
 
     low_m: torch.Tensor
@@ -94,6 +95,7 @@ class Index:
     cap_high: torch.Tensor
     q0: torch.Tensor
     base: torch.Tensor
+    finite_high: torch.Tensor
 
 
 def _prefix(x):
@@ -112,6 +114,7 @@ def build_index(P, Q, gen: Generator) -> Index:
     rho = Q / P  # p = 0 < q, and q/p overflowing, give inf: the truncated set, kept only as q0
     low = Q < P
     high = (Q > P) & (rho < math.inf)
+    finite_high = high
     q0 = torch.where((Q > P) & ~high, Q, 0.0).sum(-1)
     key = torch.where(low, -rho, torch.where(high, rho, 1.0))
     order = torch.sort(key, -1).indices
@@ -150,6 +153,7 @@ def build_index(P, Q, gen: Generator) -> Index:
         cap_high=released_high[:, -1],
         q0=q0,
         base=torch.minimum(P, Q).sum(-1),
+        finite_high=finite_high,
     )
 
 
@@ -306,10 +310,7 @@ def solve_rows(P, Q, eps, gen: Generator):
     seg = segment_at(index, m0).each(lambda x: x[:, 0])
     binding, m0, length = binding[:, 0], m0[:, 0], length[:, 0]
     delta = _solve_segment(seg, length, eps, gen, fpinf)
-    zero = torch.zeros_like(delta)
-    d0 = seg.at(zero, gen, fpinf)[0]
     value, _, a, b, fill = seg.at(delta, gen, fpinf)
-    value = torch.where(delta > 0, value, d0)
     m = m0 + delta
 
     low_slope = gen.fp(a)
@@ -317,15 +318,13 @@ def solve_rows(P, Q, eps, gen: Generator):
     lam = torch.where(binding, 1.0 / (high_slope - low_slope), 0.0)
     fp1 = gen.prime_at_one
     mu = torch.where(lam != 0, -(low_slope + fp1) * lam, 0.0)
-    lam = torch.where(lam != 0, lam, 0.0)
     zero_budget = eps == 0
     lam = torch.where(zero_budget, math.inf, lam)
     mu = torch.where(zero_budget, 0.0 if fp1 == 0 else -math.copysign(math.inf, fp1), mu)
 
     share = torch.where(index.q0 > 0, fill / torch.where(index.q0 > 0, index.q0, 1.0), 0.0)
-    rho_high = (Q > P) & (Q / P < math.inf)
     R = torch.where(Q < P, torch.maximum(Q, a[:, None] * P),
-                    torch.where(rho_high, torch.minimum(Q, b[:, None] * P),
+                    torch.where(index.finite_high, torch.minimum(Q, b[:, None] * P),
                                 torch.where(Q > P, share[:, None] * Q, P)))
     fields = torch.stack([index.base + m, m, a, torch.where(fill > 0, math.inf, b), lam, mu, value], -1)
     return R, fields
