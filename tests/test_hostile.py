@@ -40,6 +40,20 @@ def test_reverse_kl_where_the_capacities_meet_keeps_the_budget(method):
     assert res.r[0] > 0 and np.isfinite(res.divergence_value)
 
 
+# A lifted token's r = a p underflowed to 0 in r's dtype, and f~(0) = inf for jeffreys: r came
+# back with D = inf (float64), or was pulled back to p itself, acceptance 1e-10 (float32).
+UNDERFLOWING = [(np.float64, [1, 7.04e-111, 1.60e-179], [9.49e-240, 1, 0]),
+                (np.float32, [1, 1e-36, 1e-40], [1e-10, 1, 0])]
+
+
+@pytest.mark.parametrize("dtype, p, q", UNDERFLOWING, ids=["float64", "float32"])
+@pytest.mark.parametrize("method", ["select", "sorted"])
+def test_a_lifted_token_never_underflows_to_zero(method, dtype, p, q):
+    p, q = np.array(p, dtype), np.array(q, dtype)
+    res = check(p / p.sum(), q / q.sum(), 1000.0, "jeffreys", method)
+    assert res.r[2] > 0 and res.acceptance > 1 - 1e-6 and np.isfinite(res.divergence_value)
+
+
 @pytest.mark.parametrize("method", ["select", "sorted"])
 def test_rows_spanning_three_hundred_decades(method):
     rng = np.random.default_rng(322)

@@ -56,6 +56,15 @@ def test_edge_rows_match_the_numba_core(label, p, q, entry):
     np.testing.assert_allclose(res["r"].sum(-1), 1.0, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype, p, q", [(np.float64, [1, 7.04e-111, 1.60e-179], [9.49e-240, 1, 0]),
+                                         (np.float32, [1, 1e-36, 1e-40], [1e-10, 1, 0])])
+def test_a_lifted_token_never_underflows_to_zero(dtype, p, q):
+    # r = a p underflows in the returned dtype, and f~(0) = inf for jeffreys
+    p, q = np.array(p, dtype), np.array(q, dtype)
+    _, res = both(p / p.sum(), q / q.sum(), 1000.0, "jeffreys")
+    assert res["r"][2] > 0 and res["acceptance"] > 1 - 1e-6 and np.isfinite(res["divergence_value"])
+
+
 def test_a_user_generator_runs_on_its_own_generated_torch_module():
     entry = md.divergence("(t-1)*log(t)")  # admitted once per process: other tests use it too
     assert entry.torch_generated is not None and entry.torch_generated != entry.generated

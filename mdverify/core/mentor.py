@@ -26,12 +26,16 @@ def construct(p, q, a, b, fill, q0, r):
     # q0 sums q over the tokens with an infinite ratio: without them no ratio is computed (a
     # division per token would be a third of the loop's time).
     finite = q0 == 0.0
+    # A lifted token keeps a ratio > 0 where a p_i underflows in r's dtype: r_i = 0 < p_i would
+    # cost f~(0), infinite for some f. r's smallest subnormal (<= p_i) adds a negligible mass.
+    info = np.finfo(r.dtype)
+    floor = info.tiny * info.eps if a > 0.0 else 0.0
     for i in range(p.size):
         pi = np.float64(p[i])
         qi = np.float64(q[i])
         # Every case computed, one selected: a loop without branches, which the compiler vectorises.
         raised = min(qi, b * pi) if finite or qi / pi < np.inf else share * qi  # share for p = 0 (or q/p overflowing)
-        r[i] = max(qi, a * pi) if qi < pi else (raised if qi > pi else pi)
+        r[i] = max(max(qi, a * pi), floor) if qi < pi else (raised if qi > pi else pi)
 
 
 @kernel

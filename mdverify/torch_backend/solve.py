@@ -295,9 +295,9 @@ def _pick(mask, x, g, slope, end, g_end, s_end, largest: bool):
             torch.where(move, _take(slope, best).squeeze(-1), s_end))
 
 
-def solve_rows(P, Q, eps, gen: Generator):
+def solve_rows(P, Q, eps, gen: Generator, dtype=torch.float64):
     """The optimum of every row of float64 P, Q (B, n) at budgets eps (B,): (r, fields), fields
-    of shape (B, 7) in the order of ``core.mentor.FIELDS``."""
+    of shape (B, 7) in the order of ``core.mentor.FIELDS``; r float64, to be returned in ``dtype``."""
     index = build_index(P, Q, gen)
     fpinf = gen.slope_at_inf
     fill_cap = index.q0 if fpinf < math.inf else torch.zeros_like(index.q0)
@@ -323,7 +323,11 @@ def solve_rows(P, Q, eps, gen: Generator):
     mu = torch.where(zero_budget, 0.0 if fp1 == 0 else -math.copysign(math.inf, fp1), mu)
 
     share = torch.where(index.q0 > 0, fill / torch.where(index.q0 > 0, index.q0, 1.0), 0.0)
-    R = torch.where(Q < P, torch.maximum(Q, a[:, None] * P),
+    # As the numba construction: a lifted token's r never underflows to 0 in the returned dtype
+    # (f~(0) may be infinite); its smallest subnormal is at most p_i.
+    info = torch.finfo(dtype)
+    floor = torch.where(a > 0, info.smallest_normal * info.eps, 0.0)[:, None]
+    R = torch.where(Q < P, torch.maximum(torch.maximum(Q, a[:, None] * P), floor),
                     torch.where(index.finite_high, torch.minimum(Q, b[:, None] * P),
                                 torch.where(Q > P, share[:, None] * Q, P)))
     fields = torch.stack([index.base + m, m, a, torch.where(fill > 0, math.inf, b), lam, mu, value], -1)
