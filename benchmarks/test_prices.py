@@ -2,12 +2,15 @@
 
 ``pytest benchmarks/test_prices.py``: a price solve against an eps solve of the same rows, the
 chain-aware ``md.verify(price=...)`` against ``md.verify(eps=...)`` (B = 64, k = 4, n = 32768),
-and ``md.allocate`` of 64 rows of n = 131072 against solving them at fixed budgets.
+and ``md.allocate`` of 64 rows of n = 131072 against solving them at fixed budgets and against the
+same price search on every row's whole frontier (its fallback).
 """
 
+import numpy as np
 import pytest
 
 import mdverify as md
+from mdverify import prices
 from mdverify.workloads import llm_rows
 
 
@@ -36,9 +39,11 @@ def test_verify(benchmark, how):
     benchmark(calls[how])
 
 
-@pytest.mark.parametrize("how", ["fixed budgets", "allocate"])
+@pytest.mark.parametrize("how", ["fixed budgets", "allocate", "allocate on whole frontiers"])
 def test_allocate(benchmark, rows, how):
     P, Q = rows
     benchmark.group = "64 rows, n = 131072, total 64 * 0.05"
-    calls = {"fixed budgets": lambda: md.mentor(P, Q, 0.05), "allocate": lambda: md.allocate(P, Q, 64 * 0.05)}
+    calls = {"fixed budgets": lambda: md.mentor(P, Q, 0.05), "allocate": lambda: md.allocate(P, Q, 64 * 0.05),
+             "allocate on whole frontiers": lambda: prices._allocate_by_frontiers(
+                 P, Q, np.ones(64), 64 * 0.05, md.divergence("kl"))}
     benchmark.pedantic(calls[how], rounds=2, iterations=1)

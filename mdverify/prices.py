@@ -18,9 +18,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from mdverify.api import RatioIndex, mentor
+from mdverify.core.mentor import FIELDS
+from mdverify.core.reduce import MERGED, count_undecided, reduce_rows
 from mdverify.divergences import Divergence
 from mdverify.divergences import divergence as lookup
 from mdverify.validate import as_distributions, as_pair, as_prices
@@ -135,11 +138,16 @@ TOTAL_TOLERANCE = 1e-13
 def allocate(P, Q, total: float, divergence: str | Divergence = "kl", weights=None) -> Allocation:
     """Budgets eps_j maximising sum_j A_j(eps_j) subject to sum_j w_j eps_j <= total.
 
-    The price nu is found by bisection on log nu until the weighted budgets add up to ``total``
-    within TOTAL_TOLERANCE relative, each step reading every row's budget at price nu w_j off
-    its frontier (``RatioIndex.budget_at_price``, built once per row); where a
-    row's budget jumps at the final price (tv, whose frontier is a straight line), the rest of
-    the total goes to the rows that jump, in proportion to their jumps.
+    Row j takes the frontier point of slope nu w_j, for the price nu at which the weighted
+    budgets add up to ``total`` within TOTAL_TOLERANCE relative (``_search_price``); where a
+    row's budget jumps at that price (tv, whose frontier is a straight line), the rest of the
+    total goes to the rows that jump, in proportion to their jumps.
+
+    Two batched solves bracket the price: one at equal budgets, one at budgets estimated from
+    its slopes (``_other_end``). Between them each row is reduced to the tokens whose clip
+    can still change (``core.reduce``), and every price the search tries is solved on those,
+    reduced again as the bracket narrows. Where the price turns out to lie outside the first
+    bracket, it is the whole frontier (budgets 0 and unlimited), which reduces nothing.
 
     Parameters
     ----------
@@ -150,7 +158,7 @@ def allocate(P, Q, total: float, divergence: str | Divergence = "kl", weights=No
         w_j > 0 (default 1).
     """
     entry = lookup(divergence)
-    p, q = as_pair(P, Q)
+    p, q = (np.ascontiguousarray(x, np.float64) for x in as_pair(P, Q))  # fields of float64 optima, never pulled back
     if p.ndim != 2:
         raise ValueError(f"allocate takes a batch of rows, P and Q of shape (B, n), got {p.shape}")
     rows = p.shape[0]
@@ -162,38 +170,295 @@ def allocate(P, Q, total: float, divergence: str | Divergence = "kl", weights=No
         w = np.asarray(weights, dtype=np.float64) if np.asarray(weights).dtype.kind in "iuf" else None
         if w is None or w.shape != (rows,) or not np.all(w > 0) or not np.all(np.isfinite(w)):
             raise ValueError(f"weights must be {rows} finite numbers > 0, one per row, got {weights!r}")
-
-    unlimited = mentor(p, q, np.inf, entry)
-    if np.sum(w * unlimited.divergence_value) <= total:  # the total does not bind: every row at its limit
-        return Allocation(unlimited.divergence_value, unlimited.acceptance, 0.0, float(unlimited.acceptance.sum()))
     if total == 0:
         lossless = mentor(p, q, 0.0, entry)
         return Allocation(np.zeros(rows), lossless.acceptance, np.inf, float(lossless.acceptance.sum()))
-    indexes = [RatioIndex(p[j], q[j]) for j in range(rows)]  # each price then costs O(log n) per row
+    if entry == lookup("tv"):
+        return _allocate_straight(p, q, w, total, entry)
+    even = total / w.sum()
+    first = _fields(mentor(p, q, even, entry))
+    binding = first[:, LAM] > 0
+    if not binding.any():  # every row reaches its limit within the even budget: the total does not bind
+        return _allocation(first[:, EPS], first[:, ACCEPTANCE], 0.0)
+    guess = _guess_price(first, even, w, total)
+    second = _fields(mentor(p, q, _other_end(first, even, w, guess), entry))
+    more = (second[:, EPS] > first[:, EPS])[:, None]
+    more, less = np.where(more, second, first), np.where(more, first, second)
+    found = _allocate_between(p, q, w, total, entry, more, less, guess)
+    # Checked on the original rows: where thresholds are not determined to the last bit (rows
+    # spanning hundreds of decades), a reduced row can stray from its original.
+    check = mentor(p, q, found.eps, entry)
+    if np.allclose(check.acceptance, found.acceptance, rtol=1e-9, atol=1e-12):
+        return _allocation(found.eps, check.acceptance, found.price)
+    return _allocate_by_frontiers(p, q, w, total, entry)
 
-    def budgets(nu: float) -> np.ndarray:
-        return np.array([index.budget_at_price(entry, nu * w[j]) for j, index in enumerate(indexes)])
 
-    lo, hi = 1.0, 1.0  # lo spends more than the total, hi no more
-    while w @ budgets(lo) <= total:
-        lo /= 16.0
-    while w @ budgets(hi) > total:
-        hi *= 16.0
-    for _ in range(200):
-        mid = np.sqrt(lo * hi)
-        if not lo < mid < hi:
-            break
-        spent = w @ budgets(mid)
-        if spent > total:
-            lo = mid
+#: Columns of the solution fields (``core.mentor.FIELDS``) used here.
+ACCEPTANCE, A, B, LAM, MOVED, EPS = (FIELDS.index(name) for name in
+                                     ("acceptance", "a", "b", "lam", "moved_mass", "divergence_value"))
+#: Estimated budgets are placed this factor beyond where the price is expected; a bracket of
+#: prices that misses the price is moved beyond its end by this factor, then its square...
+BRACKET_SPREAD = 2.0
+#: The prices searched; beyond them, the allocation at the nearer end.
+PRICES = (1e-300, 1e300)
+#: The reduced rows are reduced again whenever the price bracket has narrowed this many times (in log).
+NARROWING = 8.0
+
+
+def _fields(res) -> np.ndarray:
+    """A result's fields as one (B, 7) array in the order of ``FIELDS``."""
+    return np.stack([getattr(res, name) for name in FIELDS], axis=1)
+
+
+def _allocation(eps, acceptance, price: float) -> Allocation:
+    return Allocation(eps, acceptance, price, float(acceptance.sum()))
+
+
+def _allocate_straight(p, q, w, total, entry: Divergence) -> Allocation:
+    """tv: D = the moved mass, so each frontier is a straight line of slope 1 up to the row's
+    limit, and the total goes to the rows of least weight first (price 1 / w), rows of equal
+    weight sharing in proportion to their limits."""
+    unlimited = mentor(p, q, np.inf, entry)
+    limit = unlimited.divergence_value
+    base = unlimited.acceptance - limit
+    eps = np.zeros_like(limit)
+    left, price = float(total), 0.0
+    for weight in np.unique(w):
+        group = w == weight
+        cost = float(weight * limit[group].sum())
+        if cost <= left:
+            eps[group], left = limit[group], left - cost
+            continue
+        eps[group], price = limit[group] * (left / cost), 1.0 / weight
+        break
+    return _allocation(eps, base + eps, price)
+
+
+def _guess_price(first, even: float, w: np.ndarray, total: float) -> float:
+    """The price estimated from ``first``, every row solved at budget ``even``.
+
+    Near the solution of a smooth f, D grows as the square of the moved mass and so the slope
+    lam as eps^(-1/2): a row's budget at price nu is about even (lam_j / (nu w_j))^2, and the
+    nu making those add up to the total has a closed form. Rows not binding at ``even`` are
+    counted at their limit.
+    """
+    lam, limit = first[:, LAM], first[:, EPS]
+    binding = lam > 0
+    spare = total - w[~binding] @ limit[~binding]
+    return float(np.sqrt(even * np.sum(lam[binding] ** 2 / w[binding]) / spare))
+
+
+def _other_end(first, even: float, w: np.ndarray, guess: float) -> np.ndarray:
+    """Budgets that, with ``first``, likely bracket every row's budget at the price ``guess``:
+    its estimate (``_guess_price``) times BRACKET_SPREAD away from ``even``; below the limit of a
+    row not binding at ``even``."""
+    lam, limit = first[:, LAM], first[:, EPS]
+    estimate = np.where(lam > 0, even * (lam / (guess * w)) ** 2, limit)
+    return np.where((lam > 0) & (estimate > even), estimate * BRACKET_SPREAD, estimate / BRACKET_SPREAD)
+
+
+def _allocate_between(p, q, w, total, entry: Divergence, more, less, guess: float) -> Allocation:
+    """The allocation from rows reduced between two solutions of them (fields), at more and at
+    less budget.
+
+    The search runs over a bracket of prices [lo, hi]: initially the prices at which every row's
+    budget lies between its two solutions (widened to hold ``guess`` where those do not meet);
+    rows whose solutions do not hold the bracket are solved at its ends. Each row is reduced to
+    the tokens undecided between its solutions. Where the price lies beyond an end of the
+    bracket, the solutions at that end become every row's new solutions on that side and the
+    bracket moves past it.
+    """
+    # more holds for prices from more_from up, less for prices up to less_to (a row at its limit
+    # at less budget may leave it at a price above its final slope, which is not known)
+    more_from, less_to = more[:, LAM] / w, less[:, LAM] / w
+    if not more_from.any() and w @ more[:, EPS] <= total:  # every row at its limit within the total
+        return _allocation(more[:, EPS], more[:, ACCEPTANCE], 0.0)
+    low, high = float(np.max(more_from)), float(np.min(less_to))
+    lo, hi = np.clip((low, high) if 0 < low <= high else (min(high, guess), max(low, guess)), *PRICES)
+    rows, n = p.shape
+    spread = BRACKET_SPREAD
+    while True:
+        more, more_from = _solved_at(p, q, w, entry, more, more_from, more_from > lo, lo)
+        less, less_to = _solved_at(p, q, w, entry, less, less_to, less_to < hi, hi)
+        reduced = _ReducedRows(p.ravel(), q.ravel(), np.arange(rows) * n, np.full(rows, n), _bounds(more, less), less,
+                               entry)
+        at_lo = reduced.at_price(lo * w)
+        if w @ at_lo[:, EPS] <= total:  # the price lies below lo
+            if lo == PRICES[0] or not (at_lo[:, LAM] > 0).any():  # at the floor, or every row at its limit
+                return _allocation(at_lo[:, EPS], at_lo[:, ACCEPTANCE], float(lo) if at_lo[:, LAM].any() else 0.0)
+            less, less_to, lo, hi = at_lo, np.full(rows, lo), max(lo / spread, PRICES[0]), lo
         else:
-            hi = mid
-            if total - spent <= TOTAL_TOLERANCE * total:
+            at_hi = reduced.at_price(hi * w)
+            if w @ at_hi[:, EPS] <= total:
+                return _search_within(reduced, lo, hi, at_lo, at_hi, w, total)
+            if hi == PRICES[1]:  # the total buys nothing even there
+                return _allocation(np.zeros(rows), at_hi[:, ACCEPTANCE] - at_hi[:, MOVED], np.inf)
+            # the price lies above hi
+            more, more_from, lo, hi = at_hi, np.full(rows, hi), hi, min(hi * spread, PRICES[1])
+        spread *= spread
+
+
+def _bounds(more, less) -> np.ndarray:
+    """(a_more, a_less, b_less, b_more) per row, for ``core.reduce``. A threshold is not always
+    determined to the last bit (where the clipped tokens' q dwarfs b p, any b in a wide range
+    gives the same floats), so two solutions may order theirs either way: the bounds take both."""
+    a, b = np.sort(np.stack([more[:, A], less[:, A]], 1), 1), np.sort(np.stack([less[:, B], more[:, B]], 1), 1)
+    return np.concatenate([a, b], axis=1)
+
+
+def _solved_at(p, q, w, entry: Divergence, fields, holds_at, rows, price: float) -> tuple[np.ndarray, np.ndarray]:
+    """``fields`` and the prices at which they hold, with the selected rows replaced by their
+    solutions at price ``price`` (times their weights)."""
+    if not rows.any():
+        return fields, holds_at
+    fields, holds_at = fields.copy(), np.where(rows, price, holds_at)
+    if rows.all():
+        fields[:] = _fields(mentor(p, q, price=price * w, divergence=entry))
+    else:
+        fields[rows] = _fields(mentor(p[rows], q[rows], price=price * w[rows], divergence=entry))
+    return fields, holds_at
+
+
+def _search_within(reduced, lo, hi, at_lo, at_hi, w, total) -> Allocation:
+    """The allocation at the price within [lo, hi] (spent(lo) > total >= spent(hi)), searched on
+    rows reduced for that bracket and reduced again as it narrows."""
+    points = {lo: at_lo, hi: at_hi}  # price -> fields of every row (divergence_value that of the original row)
+    narrowed_at = [np.log(hi / lo)]  # the bracket's log width when the rows were last reduced
+
+    def spent(nu: float, lo: float, hi: float) -> float:
+        nonlocal reduced
+        if nu not in points:
+            if np.log(hi / lo) < narrowed_at[0] / NARROWING:
+                reduced = reduced.narrowed(points[lo], points[hi])
+                narrowed_at[0] = np.log(hi / lo)
+            points[nu] = reduced.at_price(nu * w)
+        return float(w @ points[nu][:, EPS])
+
+    lo, hi = _search_price(lo, hi, spent, total)
+    share = _shares(points[lo][:, EPS], points[hi][:, EPS], w, total)
+    eps = points[hi][:, EPS] + share * (points[lo][:, EPS] - points[hi][:, EPS])
+    acceptance = points[hi][:, ACCEPTANCE] + share * (points[lo][:, ACCEPTANCE] - points[hi][:, ACCEPTANCE])
+    return _allocation(eps, acceptance, float(hi))
+
+
+def _shares(eps_lo, eps_hi, w, total: float) -> np.ndarray:
+    """Where the budgets at the final prices lo < hi differ by a jump (a straight piece of the
+    frontier, tv), the share of each row's jump that the rest of the total buys; 0 elsewhere."""
+    rest = total - w @ eps_hi
+    jump = np.maximum(eps_lo - eps_hi, 0.0)
+    if rest <= TOTAL_TOLERANCE * total or not jump.any():
+        return np.zeros_like(jump)
+    return np.where(jump > 0, min(rest / float(w @ jump), 1.0), 0.0)
+
+
+def _allocate_by_frontiers(p, q, w, total, entry: Divergence) -> Allocation:
+    """The same search on every row's whole frontier (``RatioIndex``: a sort per row, no reduction)."""
+    unlimited = mentor(p, q, np.inf, entry)
+    if w @ unlimited.divergence_value <= total:
+        return _allocation(unlimited.divergence_value, unlimited.acceptance, 0.0)
+    indexes = [RatioIndex(row_p, row_q) for row_p, row_q in zip(p, q)]
+    points = {}  # price -> every row's budget
+
+    def spent(nu: float, *bracket) -> float:
+        if nu not in points:
+            points[nu] = np.array([index.budget_at_price(entry, nu * w[j]) for j, index in enumerate(indexes)])
+        return float(w @ points[nu])
+
+    lo = hi = 1.0
+    while spent(lo) <= total and lo > PRICES[0]:
+        lo = max(lo / 16.0, PRICES[0])
+    while spent(hi) > total and hi < PRICES[1]:
+        hi = min(hi * 16.0, PRICES[1])
+    if spent(lo) <= total or spent(hi) > total:  # the price lies beyond the prices searched
+        price = lo if spent(lo) <= total else hi
+        eps = points[price] if spent(price) <= total else np.zeros(len(indexes))
+    else:
+        lo, hi = _search_price(lo, hi, spent, total)
+        price = hi
+        eps = points[hi] + _shares(points[lo], points[hi], w, total) * (points[lo] - points[hi])
+    return _allocation(eps, mentor(p, q, eps, entry).acceptance, float(price))
+
+
+def _search_price(lo: float, hi: float, spent, total: float) -> tuple[float, float]:
+    """Shrink [lo, hi] (spent(lo) > total >= spent(hi), spent non-increasing) until spent(hi) is
+    within TOTAL_TOLERANCE of the total, or the bracket holds no float between its ends.
+
+    Regula falsi with the Illinois rule on log spent against log nu, where a frontier whose
+    D grows as a power of the moved mass is nearly a straight line; a step that leaves the
+    bracket more than half as wide as two steps before is followed by a bisection, which keeps
+    jumps (tv) from stalling it. ``spent(nu, lo, hi)`` is told the bracket nu lies in.
+    """
+    target = np.log(total)
+    g_lo, g_hi = _log(spent(lo, lo, hi)) - target, _log(spent(hi, lo, hi)) - target
+    true_g_hi, last = g_hi, None
+    widths = [np.log(hi / lo)] * 2
+    while true_g_hi < np.log1p(-TOTAL_TOLERANCE):
+        bisect = np.log(hi / lo) > widths[-2] / 2 or not np.isfinite(g_hi)
+        mid = np.sqrt(lo * hi) if bisect else lo * np.exp(np.log(hi / lo) * g_lo / (g_lo - g_hi))
+        if not lo < mid < hi:
+            mid = np.sqrt(lo * hi)
+            if not lo < mid < hi:
                 break
-    eps = budgets(hi)
-    spent = w @ eps
-    if total - spent > TOTAL_TOLERANCE * total:  # budgets that jump at the price: share the rest
-        jump = np.maximum(budgets(lo) - eps, 0.0)
-        eps += jump * min((total - spent) / float(w @ jump), 1.0)
-    res = mentor(p, q, eps, entry)
-    return Allocation(eps, res.acceptance, float(hi), float(res.acceptance.sum()))
+        value = _log(spent(mid, lo, hi)) - target
+        if value > 0:  # Illinois: an end kept twice in a row counts half
+            lo, g_lo, g_hi = mid, value, g_hi / 2 if last == "lo" else g_hi
+            last = "lo"
+        else:
+            hi, g_hi, true_g_hi = mid, value, value
+            g_lo = g_lo / 2 if last == "hi" else g_lo
+            last = "hi"
+        widths.append(np.log(hi / lo))
+    return lo, hi
+
+
+def _log(spent: float) -> float:
+    """log spent, -inf where nothing is spent."""
+    return np.log(spent) if spent > 0 else -np.inf
+
+
+class _ReducedRows:
+    """Rows stored end to end (row i is P[starts[i]:][:sizes[i]], likewise Q), reduced to the
+    tokens ``bounds`` (a_more, a_less, b_less, b_more per row) leave undecided; ``less`` is the
+    solution at the end of lesser budget (fields as ``core.mentor.FIELDS``, divergence_value
+    that of the original rows; ``core.reduce``). ``gaps`` are what the reduced rows' D lacks of
+    the original rows' D; ``extremes`` the original rows' least and greatest ratios (found here
+    when not given: the input rows are the original ones).
+    """
+
+    def __init__(self, P, Q, starts, sizes, bounds, less, entry: Divergence, extremes=None):
+        rows = starts.size
+        counts, found = np.empty(rows, np.int64), np.empty((rows, 2))
+        count_undecided(P, Q, starts, sizes, bounds, counts, found)
+        self.extremes = found if extremes is None else extremes
+        self.starts = np.concatenate([[0], np.cumsum(counts + MERGED)[:-1]])
+        self.P, self.Q = (np.empty(int(np.sum(counts + MERGED))) for _ in range(2))
+        self.sizes, self.own_extremes = np.empty(rows, np.int64), np.empty((rows, 2))
+        reduce_rows(P, Q, starts, sizes, bounds, self.starts, self.P, self.Q, self.sizes, self.own_extremes)
+        self.R, self.entry = np.empty_like(self.P), entry
+        values = np.empty(rows)
+        entry.kernels.clipped_divergences(self.P, self.Q, self.starts, self.sizes, less[:, A], less[:, B],
+                                          less[:, MOVED], entry.kind, entry.param, self.R, values)
+        self.gaps = less[:, EPS] - values
+        self.work = np.empty((max(1, min(rows, numba.get_num_threads())), 4, int(self.sizes.max(initial=1))))
+
+    def narrowed(self, more, less) -> "_ReducedRows":
+        """These rows reduced again, between two solutions of them."""
+        return _ReducedRows(self.P, self.Q, self.starts, self.sizes, _bounds(more, less), less, self.entry,
+                            self.extremes)
+
+    def at_price(self, prices: np.ndarray) -> np.ndarray:
+        """The fields of every row at its price, as those of the original row.
+
+        A threshold beyond every ratio of its side (every token of that side released) is
+        reported at the side's last ratio, which merging may have moved: it becomes the
+        original row's.
+        """
+        fields = np.empty((self.sizes.size, len(FIELDS)))
+        self.entry.kernels.price_reduced(self.P, self.Q, self.starts, self.sizes, prices, self.entry.kind,
+                                         self.entry.param, self.R, fields, self.work)
+        fields[:, EPS] += self.gaps
+        released = fields[:, A] <= self.own_extremes[:, 0]
+        fields[released, A] = self.extremes[released, 0]
+        released = (fields[:, B] >= self.own_extremes[:, 1]) & (fields[:, B] < np.inf)
+        fields[released, B] = self.extremes[released, 1]
+        return fields

@@ -18,6 +18,7 @@ from numba import njit
 
 from mdverify.core import _fgen, jit
 from mdverify.core.mentor import divergence_rows, finish, frontier_trace, mentor_rows, price_rows, trace_slopes
+from mdverify.core.reduce import clipped_divergences, price_reduced
 from mdverify.core.verify import verify_rows, verify_rows_priced
 from mdverify.core.walk import walk, walk_to_price
 
@@ -41,6 +42,8 @@ class Kernels(NamedTuple):
     finish: object
     verify_rows: object
     verify_rows_priced: object
+    price_reduced: object
+    clipped_divergences: object
     f_tilde_at_zero: object
     f_prime_at_one: object
     f_tilde_prime_at_inf: object
@@ -85,5 +88,6 @@ def rebind(module) -> Kernels:
 #: The kernels of the registered divergences (``core._fgen``).
 STANDARD = Kernels(
     mentor_rows, price_rows, divergence_rows, frontier_trace, trace_slopes, walk, walk_to_price, finish, verify_rows,
-    verify_rows_priced, _fgen.f_tilde_at_zero, _fgen.f_prime_at_one, _fgen.f_tilde_prime_at_inf, _fgen.f_second_at_one,
+    verify_rows_priced, price_reduced, clipped_divergences,
+    _fgen.f_tilde_at_zero, _fgen.f_prime_at_one, _fgen.f_tilde_prime_at_inf, _fgen.f_second_at_one,
 )

@@ -1,0 +1,144 @@
+"""Rows reduced to the tokens a bracket of budgets leaves undecided.
+
+Between two solutions of a row, at budgets eps_less < eps_more, the thresholds move
+monotonically: a from a_less down to a_more, b from b_less up to b_more (SPEC C1). A token
+whose ratio lies outside [a_more, a_less] on the low side, or outside [b_less, b_more] on the
+high side, is clipped at every budget in between or released at every one. Such tokens are
+merged, per class, into one token of the same p and q mass:
+
+- clipped tokens enter the solution only through their masses (r = a p, resp. b p), so the
+  merged token is exact, and its ratio stays beyond the threshold (a mean of ratios that all are);
+- released tokens have r = q and enter D only through the constant sum p f~(q/p), which the
+  merged token reproduces up to a Jensen gap, the same at every budget of the bracket (D of
+  the original solution at one end minus D of ``clipped_rows`` there).
+
+The reduced row keeps the undecided tokens as they are, plus at most six merged ones (two
+per side, the neutral tokens p = q, and the drafter's mass where p = 0). Its frontier
+between the two budgets is the original's, with D lower by the gap, so a search over prices
+within the bracket runs on it at the cost of its size. Reduced rows are stored end to end.
+"""
+
+import numpy as np
+from numba import prange
+
+from mdverify.core.jit import kernel
+from mdverify.core.mentor import construct, divergence_row, price_row_select
+
+#: Merged tokens a reduced row may add to its undecided ones.
+MERGED = 6
+
+
+@kernel
+def _undecided(p, q, a_more, a_less, b_less, b_more):
+    """Whether a token (p, q) with p > 0 may change between clipped and released in the bracket
+    (by its ratio, as the index orders tokens: a p or b p may underflow or overflow)."""
+    rho = q / p
+    if q < p:
+        return a_more <= rho <= a_less
+    if q > p:
+        return b_less <= rho <= b_more or rho == np.inf  # an overflowing ratio is kept as it is
+    return False
+
+
+@kernel
+def _extremes(p, q, extremes):
+    """extremes = (the least ratio q/p < 1, the greatest > 1) of (p, q), 1 where a side has none."""
+    lowest, highest = 1.0, 1.0
+    for j in range(p.size):
+        if q[j] < p[j]:
+            lowest = min(lowest, q[j] / p[j])
+        elif q[j] > p[j] > 0.0:
+            highest = max(highest, q[j] / p[j])
+    extremes[0], extremes[1] = lowest, highest
+
+
+@kernel(parallel=True)
+def count_undecided(P, Q, starts, sizes, bounds, out, extremes):
+    """out[i] = the number of undecided tokens of row i (P[starts[i]:][:sizes[i]], likewise Q),
+    extremes[i] its ``_extremes``; bounds[i] = (a_more, a_less, b_less, b_more)."""
+    for i in prange(starts.size):
+        a_more, a_less, b_less, b_more = bounds[i, 0], bounds[i, 1], bounds[i, 2], bounds[i, 3]
+        s, n = starts[i], sizes[i]
+        count = 0
+        for j in range(s, s + n):
+            pj, qj = np.float64(P[j]), np.float64(Q[j])
+            count += pj > 0.0 and _undecided(pj, qj, a_more, a_less, b_less, b_more)
+        out[i] = count
+        _extremes(P[s:s + n], Q[s:s + n], extremes[i])
+
+
+@kernel(parallel=True)
+def reduce_rows(P, Q, starts, sizes, bounds, out_starts, P_out, Q_out, out_sizes, out_extremes):
+    """Write row i's reduced row into P_out and Q_out from out_starts[i], out_sizes[i] tokens,
+    and its ``_extremes`` into out_extremes[i].
+
+    Row i needs ``count_undecided`` + MERGED places from out_starts[i].
+    """
+    for i in prange(starts.size):
+        a_more, a_less, b_less, b_more = bounds[i, 0], bounds[i, 1], bounds[i, 2], bounds[i, 3]
+        # masses of: clipped low, released low, neutral, released high, clipped high, p = 0
+        merged_p = np.zeros(MERGED)
+        merged_q = np.zeros(MERGED)
+        at = out_starts[i]
+        for j in range(starts[i], starts[i] + sizes[i]):
+            pj, qj = np.float64(P[j]), np.float64(Q[j])
+            if pj > 0.0 and _undecided(pj, qj, a_more, a_less, b_less, b_more):
+                P_out[at] = pj
+                Q_out[at] = qj
+                at += 1
+                continue
+            if pj == 0.0:
+                group = 5
+            elif qj == pj:
+                group = 2
+            elif qj < pj:
+                group = 0 if qj / pj < a_more else 1
+            else:
+                group = 4 if qj / pj > b_more else 3
+            merged_p[group] += pj
+            merged_q[group] += qj
+        for group in range(MERGED):
+            if merged_p[group] > 0.0 or merged_q[group] > 0.0:
+                P_out[at] = merged_p[group]
+                Q_out[at] = merged_q[group]
+                at += 1
+        out_sizes[i] = at - out_starts[i]
+        _extremes(P_out[out_starts[i]:at], Q_out[out_starts[i]:at], out_extremes[i])
+
+
+@kernel
+def clipped_row(p, q, a, b, moved, r):
+    """r = clip(q, a p, b p), the drafter's mass on p = 0 (and on ratios that overflow) filled
+    with what the high side does not take of the moved mass; b = inf where that fill is
+    positive (``core.mentor.FIELDS``)."""
+    q0 = 0.0
+    taken = 0.0
+    for j in range(p.size):
+        if not q[j] / p[j] < np.inf:
+            q0 += q[j]
+        elif q[j] > p[j]:
+            taken += min(q[j], b * p[j]) - p[j]
+    fill = max(moved - taken, 0.0) if b == np.inf else 0.0
+    construct(p, q, a, b, fill, q0, r)
+
+
+@kernel(parallel=True)
+def price_reduced(P, Q, starts, sizes, prices, kind, alpha, R, out, work):
+    """``price_row_select`` of every reduced row i (P[starts[i]:][:sizes[i]], likewise Q, R) in
+    parallel, chunked as ``mentor_rows``; ``work`` has shape (chunks, 4, max(sizes))."""
+    rows = starts.size
+    chunks = work.shape[0]
+    for c in prange(chunks):
+        for i in range(c * rows // chunks, (c + 1) * rows // chunks):
+            s, n = starts[i], sizes[i]
+            price_row_select(P[s:s + n], Q[s:s + n], prices[i], kind, alpha, R[s:s + n], out[i], work[c])
+
+
+@kernel(parallel=True)
+def clipped_divergences(P, Q, starts, sizes, a, b, moved, kind, alpha, R, out):
+    """out[i] = D of ``clipped_row`` of reduced row i at (a[i], b[i], moved[i]), r written to R:
+    with D of the original row at the same solution, the row's gap."""
+    for i in prange(starts.size):
+        s, n = starts[i], sizes[i]
+        clipped_row(P[s:s + n], Q[s:s + n], a[i], b[i], moved[i], R[s:s + n])
+        out[i] = divergence_row(R[s:s + n], P[s:s + n], kind, alpha)
