@@ -146,8 +146,10 @@ def allocate(P, Q, total: float, divergence: str | Divergence = "kl", weights=No
     Two batched solves bracket the price: one at equal budgets, one at budgets estimated from
     its slopes (``_other_end``). Between them each row is reduced to the tokens whose clip
     can still change (``core.reduce``), and every price the search tries is solved on those,
-    reduced again as the bracket narrows. Where the price turns out to lie outside the first
-    bracket, it is the whole frontier (budgets 0 and unlimited), which reduces nothing.
+    reduced again as the bracket narrows; a bracket that misses the price moves past its end
+    (``_allocate_between``). One eps solve of the original rows checks the result; where it
+    disagrees (rows spanning hundreds of decades), the search is redone on every row's whole
+    frontier (``_allocate_by_frontiers``). tv is solved in closed form (``_allocate_straight``).
 
     Parameters
     ----------
@@ -171,8 +173,7 @@ def allocate(P, Q, total: float, divergence: str | Divergence = "kl", weights=No
         if w is None or w.shape != (rows,) or not np.all(w > 0) or not np.all(np.isfinite(w)):
             raise ValueError(f"weights must be {rows} finite numbers > 0, one per row, got {weights!r}")
     if total == 0:
-        lossless = mentor(p, q, 0.0, entry)
-        return Allocation(np.zeros(rows), lossless.acceptance, np.inf, float(lossless.acceptance.sum()))
+        return _allocation(np.zeros(rows), mentor(p, q, 0.0, entry).acceptance, np.inf)
     if entry == lookup("tv"):
         return _allocate_straight(p, q, w, total, entry)
     even = total / w.sum()
