@@ -10,7 +10,7 @@ merged, per class, into one token of the same p and q mass:
   merged token is exact, and its ratio stays beyond the threshold (a mean of ratios that all are);
 - released tokens have r = q and enter D only through the constant sum p f~(q/p), which the
   merged token reproduces up to a Jensen gap, the same at every budget of the bracket (D of
-  the original solution at one end minus D of ``clipped_rows`` there).
+  the original solution at one end minus D of ``clipped_divergences`` there).
 
 The reduced row keeps the undecided tokens as they are, plus at most six merged ones (two
 per side, the neutral tokens p = q, and the drafter's mass where p = 0). Its frontier
