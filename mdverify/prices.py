@@ -18,11 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
-from mdverify.api import RatioIndex, mentor
-from mdverify.core.mentor import FIELDS
+from mdverify.api import RatioIndex, _workspace, mentor
+from mdverify.core.mentor import FIELDS, SELECT
 from mdverify.core.reduce import MERGED, count_undecided, reduce_rows
 from mdverify.divergences import Divergence
 from mdverify.divergences import divergence as lookup
@@ -324,14 +323,14 @@ def _search_within(reduced, lo, hi, at_lo, at_hi, w, total) -> Allocation:
     """The allocation at the price within [lo, hi] (spent(lo) > total >= spent(hi)), searched on
     rows reduced for that bracket and reduced again as it narrows."""
     points = {lo: at_lo, hi: at_hi}  # price -> fields of every row (divergence_value that of the original row)
-    narrowed_at = [np.log(hi / lo)]  # the bracket's log width when the rows were last reduced
+    narrowed_at = np.log(hi / lo)  # the bracket's log width when the rows were last reduced
 
     def spent(nu: float, lo: float, hi: float) -> float:
-        nonlocal reduced
+        nonlocal reduced, narrowed_at
         if nu not in points:
-            if np.log(hi / lo) < narrowed_at[0] / NARROWING:
+            if np.log(hi / lo) < narrowed_at / NARROWING:
                 reduced = reduced.narrowed(points[lo], points[hi])
-                narrowed_at[0] = np.log(hi / lo)
+                narrowed_at = np.log(hi / lo)
             points[nu] = reduced.at_price(nu * w)
         return float(w @ points[nu][:, EPS])
 
@@ -440,7 +439,6 @@ class _ReducedRows:
         entry.kernels.clipped_divergences(self.P, self.Q, self.starts, self.sizes, less[:, A], less[:, B],
                                           less[:, MOVED], entry.kind, entry.param, self.R, values)
         self.gaps = less[:, EPS] - values
-        self.work = np.empty((max(1, min(rows, numba.get_num_threads())), 4, int(self.sizes.max(initial=1))))
 
     def narrowed(self, more, less) -> "_ReducedRows":
         """These rows reduced again, between two solutions of them."""
@@ -455,8 +453,9 @@ class _ReducedRows:
         original row's.
         """
         fields = np.empty((self.sizes.size, len(FIELDS)))
+        work = _workspace(SELECT, self.sizes.size, int(self.sizes.max(initial=1)))  # md.mentor's, reused
         self.entry.kernels.price_reduced(self.P, self.Q, self.starts, self.sizes, prices, self.entry.kind,
-                                         self.entry.param, self.R, fields, self.work)
+                                         self.entry.param, self.R, fields, work)
         fields[:, EPS] += self.gaps
         released = fields[:, A] <= self.own_extremes[:, 0]
         fields[released, A] = self.extremes[released, 0]
