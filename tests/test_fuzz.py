@@ -101,3 +101,14 @@ def test_fuzzed_screened_rows_match_sorted(pq, entry, eps):
     np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=1e-12)
     np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12 if p.dtype == np.float64 else 1e-6)
     assert ours.divergence_value <= eps * (1 + 1e-9) + 1e-300
+
+
+@settings(max_examples=25)
+@given(long_rows(), st.sampled_from(divergence_suite()), st.sampled_from([1e-3, 0.5, 3.0, 1e3, 1e9]))
+def test_fuzzed_screened_price_solves_match_sorted(pq, entry, price):
+    p, q = pq
+    ours = md.mentor(p, q, price=price, divergence=entry, method="select")
+    ref = md.mentor(p, q, price=price, divergence=entry, method="sorted")
+    close = 1e-12 if p.dtype == np.float64 else 1e-6  # float32 rows round (and pull back) apart
+    np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=close)
+    np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=close)

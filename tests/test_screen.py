@@ -128,24 +128,28 @@ def test_sample_takes_tokens_by_mass_and_is_deterministic():
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("eps", [1e-4, 0.05, 0.5])
-def test_bounds_are_confirmed_or_refused(eps, dtype):
+@pytest.mark.parametrize("budget", [("eps", 1e-4), ("eps", 0.05), ("eps", 0.5), ("price", 0.5), ("price", 20.0)])
+def test_bounds_are_confirmed_or_refused(budget, dtype):
     """Bounds around the optimum give it, confirmed; bounds that cut it off are never confirmed
-    (a confirmed result is the optimum whatever the bounds)."""
+    (a confirmed result is the optimum whatever the bounds), for a budget and for a price."""
     rng = np.random.default_rng(5)
     P, Q = llm_rows(40000, 4, seed=9, truncate="top_p", dtype=dtype)
+    how, value = budget
+    eps, slope_limit = (value, np.inf) if how == "eps" else (np.inf, 1.0 / value)
     refused = 0
     for p, q in zip(P, Q):
-        ref = md.mentor(p, q, eps, KL, method="sorted")
+        ref = md.mentor(p, q, method="sorted", divergence=KL, **{how: value})
         a, b = float(ref.a), float(ref.b)
         work = np.zeros((4, p.size))
         confirmed, _, state, _, _, base = select.screened_walk(
-            p, q, eps, KL.kind, KL.param, work, (0.8 * a, min(1.0, a + 0.5 * (1 - a)), 1 + 0.5 * (b - 1), 1.5 * b))
+            p, q, eps, KL.kind, KL.param, work, (0.8 * a, min(1.0, a + 0.5 * (1 - a)), 1 + 0.5 * (b - 1), 1.5 * b),
+            slope_limit)
         assert confirmed
         np.testing.assert_allclose(base + state[M], ref.acceptance, atol=1e-12)
         for _ in range(12):
             bounds = np.sort(rng.uniform(0, 1, 2)).tolist() + np.sort(1 + rng.exponential(b - 1 + 1e-3, 2)).tolist()
-            confirmed, _, state, _, _, base = select.screened_walk(p, q, eps, KL.kind, KL.param, work, tuple(bounds))
+            confirmed, _, state, _, _, base = select.screened_walk(p, q, eps, KL.kind, KL.param, work, tuple(bounds),
+                                                                   slope_limit)
             if confirmed:
                 np.testing.assert_allclose(base + state[M], ref.acceptance, atol=1e-12, err_msg=str(bounds))
             cut_off = a < bounds[0] or a > bounds[1] or b < bounds[2] or b > bounds[3]
@@ -154,7 +158,8 @@ def test_bounds_are_confirmed_or_refused(eps, dtype):
 
 
 def test_long_rows_of_every_family_match_sorted(entry):
-    """Screening on the regimes of families(), ties included, at a length where it is used."""
+    """Screening on the regimes of families(), ties included, at a length where it is used, for
+    budgets and for prices."""
     for label, P, Q in families(select.SAMPLE_FROM + 1000, 1, seed=12):
         for eps in (1e-5, 0.05, 2.0):
             ours = md.mentor(P, Q, eps, entry, method="select")
@@ -162,6 +167,13 @@ def test_long_rows_of_every_family_match_sorted(entry):
             where = f"{entry.name}, {label}, eps={eps}"
             np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=1e-12, err_msg=where)
             np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12, err_msg=where)
+        for price in (0.3, 10.0, 1e4):
+            ours = md.mentor(P, Q, price=price, divergence=entry, method="select")
+            ref = md.mentor(P, Q, price=price, divergence=entry, method="sorted")
+            where = f"{entry.name}, {label}, price={price}"
+            np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=1e-12, err_msg=where)
+            np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12, err_msg=where)
+            np.testing.assert_array_equal(ours.lam, ref.lam, err_msg=where)
 
 
 @pytest.mark.parametrize("n", [1, 7, 8, 9, 100, 4099])

@@ -11,7 +11,7 @@ from numba import prange
 from mdverify.core._fgen import f_prime_at_one, f_tilde_prime, f_tilde_prime_at_inf
 from mdverify.core.index import build_index
 from mdverify.core.jit import kernel
-from mdverify.core.terms import weighted_f_tilde
+from mdverify.core.terms import divergence_row
 from mdverify.core.select import select_price_walk, select_walk
 from mdverify.core.walk import A, B, D, FILL, K_HIGH, M, STATE_SIZE, duals, initial_state, walk, walk_to_price
 
@@ -197,21 +197,6 @@ def trace_slopes(trace, kind, alpha):
         high = f_tilde_prime(kind, alpha, trace[i, B]) if trace[i, K_HIGH] > 0 else fpinf
         out[i] = high - f_tilde_prime(kind, alpha, trace[i, A])
     return out
-
-
-@kernel
-def divergence_row(r, p, kind, alpha):
-    """D_f(r || p) with the normalised generator; p_i = 0 < r_i terms cost r_i f'(inf)."""
-    fpinf = f_tilde_prime_at_inf(kind, alpha)
-    total = 0.0
-    for i in range(p.size):
-        pi = np.float64(p[i])
-        ri = np.float64(r[i])
-        if pi > 0.0 and ri / pi < np.inf:
-            total += weighted_f_tilde(kind, alpha, pi, ri / pi)
-        elif ri > 0.0:
-            total += ri * fpinf
-    return total
 
 
 @kernel(parallel=True)

@@ -22,7 +22,8 @@ import numpy as np
 from numba import prange
 
 from mdverify.core.jit import kernel
-from mdverify.core.mentor import construct, divergence_row, price_row_select
+from mdverify.core.mentor import construct, price_row_select
+from mdverify.core.terms import divergence_row
 
 #: Merged tokens a reduced row may add to its undecided ones.
 MERGED = 6

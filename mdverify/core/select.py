@@ -34,7 +34,7 @@ import numpy as np
 from mdverify.core._fgen import f_tilde, f_tilde_prime, f_tilde_prime_at_inf
 from mdverify.core.index import add_compensated, split_sides
 from mdverify.core.jit import kernel
-from mdverify.core.terms import weighted_f_tilde
+from mdverify.core.terms import divergence_row, weighted_f_tilde
 from mdverify.core.screen import flag_view, flagged, gather, inclusion, mark_sample, screen
 from mdverify.core.walk import A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, segment_point, solve_segment, solve_slope
 
@@ -263,35 +263,44 @@ def select_walk(p, q, eps, kind, alpha, work):
     full row is split and searched when it is not the optimum, as when nothing is confirmed
     or the row has tokens outside the screen's range (``screen.SCREEN_P_MIN``).
     """
-    if p.size >= SAMPLE_FROM:
-        levels, sample_binding, in_range = _sample_bounds(p, q, eps, kind, alpha, work)
-        found = False
-        if not sample_binding:  # most often r = q, every token released; else the sample misjudged the budget
-            found, state, q0, base = _drafter_state(p, q, eps, kind, alpha)
-            binding = False
-        elif in_range:
-            found, state, binding, q0, base = _screen_by_levels(p, q, eps, kind, alpha, work, levels)
-        if found:
-            return state, binding, q0, base
-    low, high = _nothing_settled()
-    return _search(work, split_sides(p, q, work[0], work[1]), low, high, eps, kind, alpha, np.inf)[:4]
+    return _screened_search(p, q, eps, kind, alpha, work, np.inf)
 
 
 @kernel
 def select_price_walk(p, q, price, kind, alpha, work):
     """The final walk state of the maximiser of A(r) - price D_f(r || p), found without sorting.
 
-    The same search as ``select_walk`` without the screen, each pivot decided by the slope
-    dD/dm = f~'(b) - f~'(a) against 1 / price instead of D against eps (the slope is
-    non-decreasing in m, D being convex), and the last segment solved by ``solve_slope``.
-    Returns (state, inside, q0, base): ``inside`` when the price stopped the moved mass before m_max.
+    The same search as ``select_walk``, each pivot decided by the slope dD/dm = f~'(b) - f~'(a)
+    against 1 / price instead of D against eps (the slope is non-decreasing in m, D being
+    convex), and the last segment solved by ``solve_slope``. Long rows are screened alike: the
+    slope at a point depends on its two thresholds alone, so a crossing inside the last
+    segment is the row's whatever the bounds. Returns (state, inside, q0, base): ``inside``
+    when the price stopped the moved mass before m_max.
     """
-    low, high = _nothing_settled()
-    return _search(work, split_sides(p, q, work[0], work[1]), low, high, np.inf, kind, alpha, 1.0 / price)[:4]
+    return _screened_search(p, q, np.inf, kind, alpha, work, 1.0 / price)
 
 
 @kernel
-def _screen_by_levels(p, q, eps, kind, alpha, work, levels):
+def _screened_search(p, q, eps, kind, alpha, work, slope_limit):
+    """``select_walk`` (``slope_limit`` inf) or ``select_price_walk`` (``eps`` inf)."""
+    if p.size >= SAMPLE_FROM:
+        levels, reaches_drafter, in_range = _sample_bounds(p, q, eps, kind, alpha, work, slope_limit)
+        found = False
+        if reaches_drafter:  # most often r = q, every token released
+            found, state, q0, base = _drafter_state(p, q, eps, kind, alpha, slope_limit)
+            binding = False
+        # Else the budget binds, or the row's end m_max falls short of r = q (drafter mass where
+        # p = 0, float32 sums), or the sample misjudged: the screen's bounds hold the thresholds.
+        if not found and in_range:
+            found, state, binding, q0, base = _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit)
+        if found:
+            return state, binding, q0, base
+    low, high = _nothing_settled()
+    return _search(work, split_sides(p, q, work[0], work[1]), low, high, eps, kind, alpha, slope_limit)[:4]
+
+
+@kernel
+def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit):
     """(found, state, binding, q0, base): ``screened_walk`` with the bounds of each level in
     turn, narrowed by what the refusals before suggest, until a result is confirmed."""
     presumed = np.array([0.0, 1.0, 1.0, np.inf])  # what refusals suggest of the thresholds
@@ -300,7 +309,7 @@ def _screen_by_levels(p, q, eps, kind, alpha, work, levels):
             break
         bounds = (max(levels[level, 0], presumed[0]), min(levels[level, 1], presumed[1]),
                   max(levels[level, 2], presumed[2]), min(levels[level, 3], presumed[3]))
-        confirmed, hits, state, binding, q0, base = screened_walk(p, q, eps, kind, alpha, work, bounds)
+        confirmed, hits, state, binding, q0, base = screened_walk(p, q, eps, kind, alpha, work, bounds, slope_limit)
         if confirmed:
             return True, state, binding, q0, base
         if hits.sum() == 1:  # one bound held the optimum back: its threshold lies past it
@@ -310,14 +319,15 @@ def _screen_by_levels(p, q, eps, kind, alpha, work, levels):
 
 
 @kernel
-def screened_walk(p, q, eps, kind, alpha, work, bounds):
-    """``select_walk`` on the tokens ``core.screen`` leaves undecided between ``bounds`` =
-    (a_lo, a_hi, b_lo, b_hi); returns (confirmed, hits, state, binding, q0, base).
+def screened_walk(p, q, eps, kind, alpha, work, bounds, slope_limit):
+    """``select_walk`` (``select_price_walk`` with a finite ``slope_limit``) on the tokens
+    ``core.screen`` leaves undecided between ``bounds`` = (a_lo, a_hi, b_lo, b_hi); returns
+    (confirmed, hits, state, binding, q0, base).
 
-    The result is the optimum when ``confirmed``: the state is the budget's crossing inside
-    the last segment, or the end at m_max, and within the budget. Both are facts about the
-    segment alone, whose sums are exact whatever the bounds: D is non-decreasing in the moved
-    mass, so that crossing (or end) is the row's. Otherwise ``hits`` tells which bounds the
+    The result is the optimum when ``confirmed``: the state is the budget's (or the slope
+    limit's) crossing inside the last segment, or the end at m_max, and within the budget.
+    Both are facts about the segment alone, whose sums are exact whatever the bounds: D and
+    its slope are non-decreasing in the moved mass, so that crossing (or end) is the row's. Otherwise ``hits`` tells which bounds the
     thresholds reached (a <= a_lo, a >= a_hi, b <= b_lo, b >= b_hi, counting only those that
     settled a group): with one, the optimum presumably lies past it.
     """
@@ -334,18 +344,31 @@ def screened_walk(p, q, eps, kind, alpha, work, bounds):
     high = _settled(p_clipped_high, -b_hi if p_clipped_high > 0.0 else -np.inf, moved_released_high,
                     f_released_high, -b_lo if moved_released_high > 0.0 else -1.0)
     split = (n_low, n_high, q0, base, capacity_low, capacity_high)
-    state, binding, q0, base, stopped = _search(work, split, low, high, eps, kind, alpha, np.inf)
+    state, binding, q0, base, stopped = _search(work, split, low, high, eps, kind, alpha, slope_limit)
     a, b = state[A], state[B]
     hits = np.array([p_clipped_low > 0.0 and a <= a_lo, moved_released_low > 0.0 and a >= a_hi,
                      moved_released_high > 0.0 and b <= b_lo, p_clipped_high > 0.0 and b >= b_hi])
-    return not stopped and state[D] <= eps, hits, state, binding, q0, base
+    # A price's search ends at the start of the last segment, slope already over the limit,
+    # where the crossing lies before it: cut off by a bound, unless the slope jumps there.
+    within_price = slope_limit == np.inf or _slope_before(state, kind, alpha) <= slope_limit
+    return not stopped and state[D] <= eps and within_price, hits, state, binding, q0, base
 
 
 @kernel
-def _sample_bounds(p, q, eps, kind, alpha, work):
+def _slope_before(state, kind, alpha):
+    """dD/dm just before a state of ``_search``: f~'(b) - f~'(a), with f~'(inf) for b while
+    tokens with p = 0 fill (at a state that has only reached them, b is still the last ratio)."""
+    high = f_tilde_prime_at_inf(kind, alpha) if state[FILL] > 0.0 else f_tilde_prime(kind, alpha, state[B])
+    return high - f_tilde_prime(kind, alpha, state[A])
+
+
+@kernel
+def _sample_bounds(p, q, eps, kind, alpha, work, slope_limit):
     """Bounds (a_lo, a_hi, b_lo, b_hi) on the thresholds of the optimum, estimated on a sample
-    of the row, one row of bounds per entry of SAMPLE_REACH; whether the budget binds on the
-    sample; and whether the row is in the screen's range (``screen.mark_sample``).
+    of the row, one row of bounds per entry of SAMPLE_REACH; whether the sample suggests that
+    the optimum is r = q (the budget does not bind on it, and it has no drafter mass where
+    p = 0 that the divergence cannot move); and whether the row is in the screen's range
+    (``screen.mark_sample``).
 
     The sample (``screen.mark_sample``) weights each token it takes by the number of row
     tokens it stands for, the inverse of its inclusion probability. Each bound is the
@@ -369,7 +392,7 @@ def _sample_bounds(p, q, eps, kind, alpha, work):
     sample_work = np.empty((4, m), np.float64)
     low, high = _nothing_settled()
     state, binding, _, _, _ = _search(sample_work, split_sides(ps, qs, sample_work[0], sample_work[1]), low, high,
-                                   eps, kind, alpha, np.inf)
+                                   eps, kind, alpha, slope_limit)
     keys = qs / ps
     # One sort for both sides: low keys (< 1) come first, then ratio 1, then the finite high
     # keys, then inf (p = 0) and nan (p = q = 0).
@@ -385,20 +408,23 @@ def _sample_bounds(p, q, eps, kind, alpha, work):
         levels[level, :2] = _reach(sorted_keys[:n_low], sorted_tokens[:n_low], state[A], 0.0, 1.0, reach)
         levels[level, 2:] = _reach(sorted_keys[start_high:end_high], sorted_tokens[start_high:end_high], state[B],
                                    1.0, np.inf, reach)
-    return levels, binding, in_range
+    # Drafter mass where p = 0, which the walk never moves when f~'(inf) = inf: r = q is out of reach.
+    stuck = f_tilde_prime_at_inf(kind, alpha) == np.inf and end_high < keys.size and sorted_keys[end_high] == np.inf
+    return levels, not binding and not stuck, in_range
 
 
 @kernel
-def _drafter_state(p, q, eps, kind, alpha):
+def _drafter_state(p, q, eps, kind, alpha, slope_limit):
     """(found, state, q0, base) for r = q, which accepts every drafted token and so is optimal
-    when D_f(q || p) <= eps, and the walk's final state for it (every token released, a and
-    b at the extreme ratios, the budget not binding).
+    when D_f(q || p) <= eps and the frontier's last slope is at most ``slope_limit`` (a price
+    buys all of it), and the walk's final state for it (every token released, a and b at the
+    extreme ratios, the budget not binding).
 
     ``found`` also requires the sides' capacities to balance (up to DRAFTER_BALANCE): when q
     and p sum to different totals (float32 rows), the optimum stops short of r = q on one side.
     """
     fpinf = f_tilde_prime_at_inf(kind, alpha)
-    value = base = base_c = capacity_low = capacity_low_c = capacity_high = q0 = 0.0
+    base = base_c = capacity_low = capacity_low_c = capacity_high = q0 = 0.0
     a = b = 1.0
     for i in range(p.size):
         pi = np.float64(p[i])
@@ -411,23 +437,24 @@ def _drafter_state(p, q, eps, kind, alpha):
             a = min(a, rho)
         if rho == np.inf:
             q0 += qi
-            value += qi * fpinf
-        elif qi != pi:
-            value += weighted_f_tilde(kind, alpha, pi, rho)
-            if qi > pi:
-                capacity_high += pi * (rho - 1.0)
-                b = max(b, rho)
+        elif qi > pi:
+            capacity_high += pi * (rho - 1.0)
+            b = max(b, rho)
     base += base_c
     capacity_low += capacity_low_c
     state = np.zeros(STATE_SIZE, np.float64)
-    state[D] = value
+    state[D] = np.inf
     state[M] = min(capacity_low, capacity_high + q0)
     state[A] = a
     state[B] = b
     state[FILL] = q0
     balanced = abs(capacity_low - capacity_high - q0) <= DRAFTER_BALANCE
-    # An infinite D means mass on p = 0 tokens, where the walk never moves it (f'(inf) = inf).
-    return value <= eps and value < np.inf and balanced, state, q0, base
+    last_slope = (fpinf if q0 > 0.0 else f_tilde_prime(kind, alpha, b)) - f_tilde_prime(kind, alpha, a)
+    # Mass on p = 0 tokens, where the walk never moves it (f'(inf) = inf), makes D infinite.
+    if not (balanced and last_slope <= slope_limit and (q0 == 0.0 or fpinf < np.inf)):
+        return False, state, q0, base  # decided without the costly f~ of every token
+    state[D] = divergence_row(q, p, kind, alpha)
+    return state[D] <= eps and state[D] < np.inf, state, q0, base
 
 
 @kernel

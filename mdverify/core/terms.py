@@ -9,7 +9,7 @@ the plain product, bit for bit.
 
 import numpy as np
 
-from mdverify.core._fgen import f_tilde, f_tilde_star
+from mdverify.core._fgen import f_tilde, f_tilde_prime_at_inf, f_tilde_star
 from mdverify.core.jit import kernel
 
 
@@ -20,3 +20,18 @@ def weighted_f_tilde(kind, alpha, weight, t):
     if not value < np.inf and 1.0 < t < np.inf:  # f~(t) overflowed; the product may not
         value = (weight * t) * f_tilde_star(kind, alpha, 1.0 / t)
     return value
+
+
+@kernel
+def divergence_row(r, p, kind, alpha):
+    """D_f(r || p) with the normalised generator; p_i = 0 < r_i terms cost r_i f'(inf)."""
+    fpinf = f_tilde_prime_at_inf(kind, alpha)
+    total = 0.0
+    for i in range(p.size):
+        pi = np.float64(p[i])
+        ri = np.float64(r[i])
+        if pi > 0.0 and ri / pi < np.inf:
+            total += weighted_f_tilde(kind, alpha, pi, ri / pi)
+        elif ri > 0.0:
+            total += ri * fpinf
+    return total
