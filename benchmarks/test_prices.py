@@ -30,8 +30,8 @@ def test_row_solve(benchmark, rows, how):
 
 @pytest.mark.parametrize("how", ["eps", "price"])
 def test_verify(benchmark, how):
-    p, q = llm_rows(32768, 64 * 9, seed=6)
-    target, draft = p[: 64 * 5].reshape(64, 5, -1), q[: 64 * 4].reshape(64, 4, -1)
+    p, q = llm_rows(32768, 64 * 5, seed=6)  # position j of chain b is the pair (p, q)[5 b + j]
+    target, draft = p.reshape(64, 5, -1), np.ascontiguousarray(q.reshape(64, 5, -1)[:, :4])
     tokens = draft.argmax(-1)
     benchmark.group = "md.verify, B = 64, k = 4, n = 32768"
     calls = {"eps": lambda: md.verify(target, draft, tokens, 0.05, seed=0),

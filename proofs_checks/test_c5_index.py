@@ -14,12 +14,30 @@ n_low + n_high + 2 steps (counted); a budget resumed from the frontier takes O(1
 import numpy as np
 
 import mdverify as md
-from mdverify.workloads import families
-
-from mdverify.workloads import divergence_suite
+from mdverify.core.index import build_index, split_sides
+from mdverify.workloads import divergence_suite, edge_rows, families, llm_rows
 from mdverify.workloads.instances import report
 
 DIVERGENCES = divergence_suite()
+
+
+def test_the_index_is_the_stable_sort_of_each_side():
+    """L by rho ascending and H by rho descending, ties in row order: what numpy's stable
+    argsort gives on the same split (the build sorts by radix, not by comparison)."""
+    rows = [(p, q) for _, P, Q in families(3000, 2, seed=502) for p, q in zip(P, Q)]
+    rows += [(p, q) for _, p, q in edge_rows()]
+    rows += list(zip(*llm_rows(40000, 2, seed=503, truncate="both")))
+    rows += list(zip(*llm_rows(5000, 2, seed=504, dtype=np.float32)))
+    for p, q in rows:
+        key, weight = np.empty(p.size), np.empty(p.size)
+        n_low, n_high = split_sides(p, q, key, weight)[:2]
+        low, high = slice(0, n_low), slice(p.size - n_high, p.size)
+        low_order, high_order = np.argsort(key[low], kind="stable"), np.argsort(key[high], kind="stable")
+        low_p, low_rho, _, high_p, high_rho = build_index(p, q)[:5]
+        np.testing.assert_array_equal(low_rho, key[low][low_order])
+        np.testing.assert_array_equal(low_p, weight[low][low_order])
+        np.testing.assert_array_equal(high_rho, -key[high][high_order])
+        np.testing.assert_array_equal(high_p, weight[high][high_order])
 
 
 def test_one_index_answers_every_divergence():

@@ -81,6 +81,60 @@ def split_sides(p, q, key, weight):
     return n_low, n_high, q0, base + base_c, capacity_low, capacity_high
 
 
+#: The radix sort's digit: 11 bits, so 6 passes cover a 64-bit key and a pass's 2048 counters
+#: stay in the first-level cache.
+DIGIT_BITS = 11
+DIGITS = 6
+
+
+@kernel
+def _radix_sort(key, weight):
+    """(key, weight) pairs sorted by key ascending, stably: finite float64 keys, no nan.
+
+    An LSD radix sort on the keys' bits, mapped to unsigned integers in the same order (a
+    negative float has every bit flipped, a positive one its sign bit set). Stable, as every
+    pass is, so ties keep their order; a digit that every key shares is skipped. About a third
+    of the cost of a comparison sort of one row of 131072 ratios.
+    """
+    n = key.size
+    bits = np.empty(n, np.uint64)
+    source = key.view(np.uint64)
+    sign = np.uint64(1) << np.uint64(63)
+    mask = np.uint64((1 << DIGIT_BITS) - 1)
+    counts = np.zeros((DIGITS, 1 << DIGIT_BITS), np.int64)
+    for i in range(n):
+        b = source[i]
+        b = ~b if b & sign else b | sign
+        bits[i] = b
+        for d in range(DIGITS):
+            counts[d, (b >> np.uint64(d * DIGIT_BITS)) & mask] += 1
+    values = weight.copy()
+    spare_bits = np.empty(n, np.uint64)
+    spare_values = np.empty(n, np.float64)
+    for d in range(DIGITS):
+        shift = np.uint64(d * DIGIT_BITS)
+        if n == 0 or counts[d, (bits[0] >> shift) & mask] == n:
+            continue  # one digit value for every key: this pass would change nothing
+        start = np.empty(1 << DIGIT_BITS, np.int64)
+        total = 0
+        for digit in range(1 << DIGIT_BITS):
+            start[digit] = total
+            total += counts[d, digit]
+        for i in range(n):
+            digit = (bits[i] >> shift) & mask
+            spare_bits[start[digit]] = bits[i]
+            spare_values[start[digit]] = values[i]
+            start[digit] += 1
+        bits, spare_bits = spare_bits, bits
+        values, spare_values = spare_values, values
+    out = np.empty(n, np.float64)
+    unsigned = out.view(np.uint64)
+    for i in range(n):
+        b = bits[i]
+        unsigned[i] = b ^ sign if b & sign else ~b
+    return out, values
+
+
 @kernel
 def build_index(p, q):
     """Return (low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, base), base as in
@@ -89,12 +143,9 @@ def build_index(p, q):
     weight = np.empty(p.size, np.float64)
     n_low, n_high, q0, base = split_sides(p, q, key, weight)[:4]
     # Stable sorts: ties keep their split order, so the index is a function of (p, q).
-    order = np.argsort(key[:n_low], kind="mergesort")
-    low_p = weight[:n_low][order]
-    low_rho = key[:n_low][order]
-    order = np.argsort(key[p.size - n_high:], kind="mergesort")  # key = -rho: rho descending
-    high_p = weight[p.size - n_high:][order]
-    high_rho = -key[p.size - n_high:][order]
+    low_rho, low_p = _radix_sort(key[:n_low], weight[:n_low])
+    high_key, high_p = _radix_sort(key[p.size - n_high:], weight[p.size - n_high:])  # key = -rho: rho descending
+    high_rho = -high_key
     low_cum = _prefix_sums(low_p)
     high_cum = _prefix_sums(high_p)
     return low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, base
