@@ -122,3 +122,19 @@ def test_ratios_up_to_the_float_maximum(entry, tiny):
     P[:, 10:40] = 1e-318
     with pytest.raises(ValueError, match="ratio overflows"):
         md.mentor(P, Q, 0.05, entry)
+
+
+def test_r_equals_q_is_recognised_on_long_rows():
+    """Where the budget covers D(q || p), the drafter test ends a long row at r = q at once: both
+    sides' capacities are compensated sums (summed plainly, the 131072 terms of this row drift
+    1.2e-14 apart, past select.DRAFTER_BALANCE, and the row took the screen's slow path)."""
+    from mdverify.bench.families import FAMILIES
+    from mdverify.core import select
+
+    families = list(FAMILIES)
+    p, q = FAMILIES["unrelated drafter"](131072, np.random.default_rng(1000 + families.index("unrelated drafter")))
+    for name in ("jensen_shannon", "hellinger", "tv"):
+        entry = md.divergence(name)
+        found, state, q0, base = select._drafter_state(p, q, np.inf, entry.kind, entry.param, np.inf)
+        assert found, name
+        assert base + state[select.M] == pytest.approx(1.0, abs=1e-15)

@@ -424,7 +424,7 @@ def _drafter_state(p, q, eps, kind, alpha, slope_limit):
     and p sum to different totals (float32 rows), the optimum stops short of r = q on one side.
     """
     fpinf = f_tilde_prime_at_inf(kind, alpha)
-    base = base_c = capacity_low = capacity_low_c = capacity_high = q0 = 0.0
+    base = base_c = capacity_low = capacity_low_c = capacity_high = capacity_high_c = q0 = 0.0
     a = b = 1.0
     for i in range(p.size):
         pi = np.float64(p[i])
@@ -438,10 +438,12 @@ def _drafter_state(p, q, eps, kind, alpha, slope_limit):
         if rho == np.inf:
             q0 += qi
         elif qi > pi:
-            capacity_high += pi * (rho - 1.0)
+            capacity_high, capacity_high_c = add_compensated(capacity_high, capacity_high_c, pi * (rho - 1.0))
             b = max(b, rho)
     base += base_c
+    # Both capacities compensated: summed plainly, 131072 terms drift past DRAFTER_BALANCE.
     capacity_low += capacity_low_c
+    capacity_high += capacity_high_c
     state = np.zeros(STATE_SIZE, np.float64)
     state[D] = np.inf
     state[M] = min(capacity_low, capacity_high + q0)
