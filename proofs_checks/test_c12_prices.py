@@ -122,6 +122,8 @@ def test_prices_refuse_bad_input():
                           (lambda: md.mentor(P, Q, price=np.nan), "prices must be > 0"),
                           (lambda: md.allocate(P, Q, -1.0), "total must be"),
                           (lambda: md.allocate(P, Q, 0.1, weights=[1.0]), "weights must be"),
-                          (lambda: md.allocate(P, Q, 0.1, weights=[1.0, 0.0]), "weights must be")):
+                          (lambda: md.allocate(P, Q, 0.1, weights=[1.0, 0.0]), "weights must be"),
+                          (lambda: md.allocate([[0.5, 0.5 - 1e-310, 1e-310]], [[0.2, 0.3, 0.5]], 0.1), "overflows"),
+                          (lambda: md.allocate([[0.5, 0.6]], [[0.5, 0.5]], 0.1), "sums to")):
         with pytest.raises(ValueError, match=message):
             call()
