@@ -1,16 +1,20 @@
 """pytest-benchmark of budgets by price (SPEC section 10) beside the budget solves they replace.
 
-``pytest benchmarks/test_prices.py``: a price solve against an eps solve of the same rows, the
+``pytest benchmarks/test_prices.py``: a price solve against an eps solve of the same rows (LLM-like
+rows, and rows of every family of ``mdverify.bench.families`` but the neural pair's), the
 chain-aware ``md.verify(price=...)`` against ``md.verify(eps=...)`` (B = 64, k = 4, n = 32768),
 and ``md.allocate`` of 64 rows of n = 131072 against solving them at fixed budgets and against the
 same price search on every row's whole frontier (its fallback).
 """
+
+from functools import lru_cache
 
 import numpy as np
 import pytest
 
 import mdverify as md
 from mdverify import prices
+from mdverify.bench.families import FAMILIES
 from mdverify.workloads import llm_rows
 
 
@@ -25,6 +29,26 @@ def test_row_solve(benchmark, rows, how):
     benchmark.group = "64 rows, n = 131072, kl"
     calls = {"eps, auto": lambda: md.mentor(P, Q, 0.05), "eps, sorted": lambda: md.mentor(P, Q, 0.05, method="sorted"),
              "price": lambda: md.mentor(P, Q, price=5.0)}
+    benchmark(calls[how])
+
+
+@lru_cache(maxsize=None)
+def _family_rows(family: str):
+    """16 rows of a family of ``mdverify.bench.families`` (n = 131072, or the models' vocabulary)."""
+    rng = np.random.default_rng(list(FAMILIES).index(family))
+    pairs = [FAMILIES[family](131072, rng) for _ in range(16)]
+    return tuple(np.ascontiguousarray([pair[k] for pair in pairs]) for k in (0, 1))
+
+
+@pytest.mark.parametrize("how", ["eps", "price"])
+@pytest.mark.parametrize("family", [name for name in FAMILIES if not name.startswith("neural")])
+def test_row_solve_across_families(benchmark, family, how):
+    """A price solve against the eps solve of the budget it buys, on rows of every family."""
+    P, Q = _family_rows(family)
+    eps = md.mentor(P, Q, price=3.0, divergence="jensen_shannon").divergence_value
+    benchmark.group = f"{family}: 16 rows, jensen_shannon, price 3 or the budget it buys"
+    calls = {"eps": lambda: md.mentor(P, Q, eps, "jensen_shannon"),
+             "price": lambda: md.mentor(P, Q, price=3.0, divergence="jensen_shannon")}
     benchmark(calls[how])
 
 

@@ -125,7 +125,7 @@ def mentor(p, q, eps=None, divergence: str | Divergence = "kl", method: str = "a
         slope dA/deps = nu (SPEC section 10). ``lam`` is then nu where r stops between p and
         its limit, and ``divergence_value`` the budget that price buys. Both methods solve
         prices: "select" decides each pivot by the slope f~'(b) - f~'(a) against 1 / nu
-        (without the screen of eps solves), "sorted" walks the index to that slope.
+        (long rows screened as for eps), "sorted" walks the index to that slope.
     certified : bool
         Return only rows proved feasible in ball arithmetic (``md.certify``; needs
         python-flint and sympy): a row whose rigorous bound on D_f(r || p) exceeds eps is
