@@ -259,9 +259,9 @@ def select_walk(p, q, eps, kind, alpha, work):
     (state, binding, q0, base) with the state layout of ``core.walk``. Long rows are first
     screened with bounds from a sample, at each level of SAMPLE_REACH in turn until a result
     is confirmed (the last level bounds nothing but what the refusals suggest); where the
-    budget does not bind on the sample, r = q is tried instead (``_drafter_state``), and the
-    full row is split and searched when it is not the optimum, as when nothing is confirmed
-    or the row has tokens outside the screen's range (``screen.SCREEN_P_MIN``).
+    budget does not bind on the sample, r = q is tried first (``_drafter_state``). The full
+    row is split and searched when nothing is confirmed or the row has tokens outside the
+    screen's range (``screen.SCREEN_P_MIN``).
     """
     return _screened_search(p, q, eps, kind, alpha, work, np.inf)
 
@@ -327,9 +327,10 @@ def screened_walk(p, q, eps, kind, alpha, work, bounds, slope_limit):
     The result is the optimum when ``confirmed``: the state is the budget's (or the slope
     limit's) crossing inside the last segment, or the end at m_max, and within the budget.
     Both are facts about the segment alone, whose sums are exact whatever the bounds: D and
-    its slope are non-decreasing in the moved mass, so that crossing (or end) is the row's. Otherwise ``hits`` tells which bounds the
-    thresholds reached (a <= a_lo, a >= a_hi, b <= b_lo, b >= b_hi, counting only those that
-    settled a group): with one, the optimum presumably lies past it.
+    its slope are non-decreasing in the moved mass, so that crossing (or end) is the row's.
+    Otherwise ``hits`` tells which bounds the thresholds reached (a <= a_lo, a >= a_hi,
+    b <= b_lo, b >= b_hi, counting only those that settled a group): with one, the optimum
+    presumably lies past it.
     """
     a_lo, a_hi, b_lo, b_hi = bounds
     flags = flag_view(work[3], p.size)

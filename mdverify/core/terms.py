@@ -1,4 +1,4 @@
-"""The per-token term p f~(t) of D_f, finite wherever its value is.
+"""The per-token term p f~(t) of D_f, finite wherever its value is, and D_f of a row as their sum.
 
 Where p is near the smallest normal floats and the ratio t = r/p near the largest, f~(t) can
 overflow although p f~(t) does not: KL's term r log(r/p) is 351.6 at r = 0.5, p = 1e-306,
