@@ -70,4 +70,4 @@ def test_allocate(benchmark, rows, how):
     calls = {"fixed budgets": lambda: md.mentor(P, Q, 0.05), "allocate": lambda: md.allocate(P, Q, 64 * 0.05),
              "allocate on whole frontiers": lambda: prices._allocate_by_frontiers(
                  P, Q, np.ones(64), 64 * 0.05, md.divergence("kl"))}
-    benchmark.pedantic(calls[how], rounds=2, iterations=1)
+    benchmark.pedantic(calls[how], rounds=3, iterations=1, warmup_rounds=1)
