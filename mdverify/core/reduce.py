@@ -34,11 +34,9 @@ def _undecided(p, q, a_more, a_less, b_less, b_more):
     """Whether a token (p, q) with p > 0 may change between clipped and released in the bracket
     (by its ratio, as the index orders tokens: a p or b p may underflow or overflow)."""
     rho = q / p
-    if q < p:
-        return a_more <= rho <= a_less
-    if q > p:
-        return b_less <= rho <= b_more or rho == np.inf  # an overflowing ratio is kept as it is
-    return False
+    in_low = (q < p) & (rho >= a_more) & (rho <= a_less)
+    in_high = (q > p) & (((rho >= b_less) & (rho <= b_more)) | (rho == np.inf))  # overflowing ratios kept
+    return in_low | in_high  # without branches (selects), so that the passes calling it vectorise
 
 
 @kernel
@@ -58,8 +56,8 @@ def count_undecided(P, Q, starts, sizes, bounds, out, extremes):
     """out[i] = the number of undecided tokens of row i (P[starts[i]:][:sizes[i]], likewise Q),
     extremes[i] its ``_extremes``; bounds[i] = (a_more, a_less, b_less, b_more).
 
-    ``_undecided`` and ``_extremes`` in one pass, written without branches (as selects), which
-    the compiler vectorises: this pass reads every token of the original rows.
+    ``_undecided`` and ``_extremes`` in one pass without branches: it reads every token of the
+    original rows.
     """
     for i in prange(starts.size):
         a_more, a_less, b_less, b_more = bounds[i, 0], bounds[i, 1], bounds[i, 2], bounds[i, 3]
@@ -69,12 +67,9 @@ def count_undecided(P, Q, starts, sizes, bounds, out, extremes):
         for j in range(s, s + n):
             pj, qj = np.float64(P[j]), np.float64(Q[j])
             rho = qj / pj
-            low, high = qj < pj, (qj > pj) & (pj > 0.0)
-            in_low = (rho >= a_more) & (rho <= a_less)
-            in_high = ((rho >= b_less) & (rho <= b_more)) | (rho == np.inf)
-            count += (low & in_low) | (high & in_high)
-            lowest = min(lowest, rho if low else 1.0)
-            highest = max(highest, rho if high else 1.0)
+            count += (pj > 0.0) & _undecided(pj, qj, a_more, a_less, b_less, b_more)
+            lowest = min(lowest, rho if qj < pj else 1.0)
+            highest = max(highest, rho if (qj > pj) & (pj > 0.0) else 1.0)
         out[i] = count
         extremes[i, 0], extremes[i, 1] = lowest, highest
 
