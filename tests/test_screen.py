@@ -5,7 +5,6 @@ import pytest
 
 import mdverify as md
 from mdverify.core import screen, select
-from mdverify.core._fgen import f_tilde
 from mdverify.core.index import split_sides
 from mdverify.core.walk import M
 from mdverify.workloads import edge_rows, families, llm_rows
@@ -65,10 +64,12 @@ def test_screen_flags_and_sums(bounds):
         settled = flags[: p.size] == screen.SETTLED
         released_low = flags[: p.size] == screen.RELEASED_LOW
         released_high = flags[: p.size] == screen.RELEASED_HIGH
-        sums = [p64[low & settled].sum(), p64[high & settled].sum(),
-                (p64[released_low] * (1 - rho[released_low])).sum(),
+        sums = [p64[low & settled].sum(), p64[high & settled].sum(), p64[released_low].sum(),
+                p64[released_high].sum(), (p64[released_low] * (1 - rho[released_low])).sum(),
                 (p64[released_high] * (rho[released_high] - 1)).sum()]
-        np.testing.assert_allclose(got[4:], sums, rtol=1e-13, atol=1e-300, err_msg=label)
+        np.testing.assert_allclose(got[4:10], sums, rtol=1e-13, atol=1e-300, err_msg=label)
+        counts = [(low & ~settled).sum(), (high & ~settled).sum(), released_low.sum(), released_high.sum()]
+        assert got[10:] == tuple(counts), label
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -87,27 +88,32 @@ def test_screen_decides_ratios_next_to_the_bounds_as_their_rounding(dtype):
     _check_flags(flags, p, q, bounds)
 
 
-def test_gather_lays_out_the_undecided_tokens_and_sums_the_released():
+@pytest.mark.parametrize("dense", [False, True])
+def test_gather_lays_out_each_side_undecided_first_then_released(dense, monkeypatch):
+    """Both of gather's ways (visiting the flagged tokens, or every token) give split_sides'
+    layout with each side's undecided tokens first, its released ones after, in row order."""
+    monkeypatch.setattr(screen, "DENSE", 0.0 if dense else 2.0)  # run as Python, gather reads it each call
+    gather = screen.gather.py_func
     bounds = (0.4, 0.9, 1.2, 3.0)
     for label, p, q in _rows():
         n = p.size
-        work = np.zeros((4, n))
+        work = np.full((4, n), np.nan)
         flags = screen.flag_view(work[3], n)
-        screen.screen(p, q, bounds, flags)
-        n_low, n_high, f_low, f_high = screen.gather(p, q, flags, KL.kind, KL.param, work[2].view(np.int64),
-                                                      work[0], work[1])
+        n_low, n_high, n_released_low, n_released_high = screen.screen(p, q, bounds, flags)[10:]
+        gather(p, q, flags, work[2].view(np.int64), work[0], work[1], n_low, n_high, n_released_low, n_released_high)
         expected = flags[:n].copy()
         rho = _ratios(p, q)[0]
-        kept_low = np.flatnonzero(expected == screen.KEPT_LOW)
-        kept_high = np.flatnonzero(expected == screen.KEPT_HIGH)
-        assert (n_low, n_high) == (kept_low.size, kept_high.size), label
-        np.testing.assert_array_equal(work[0, :n_low], rho[kept_low])
-        np.testing.assert_array_equal(work[1, :n_low], p[kept_low].astype(np.float64))
-        np.testing.assert_array_equal(work[0, n - n_high:][::-1], -rho[kept_high])  # from the back, in row order
-        for flag, total in ((screen.RELEASED_LOW, f_low), (screen.RELEASED_HIGH, f_high)):
-            idx = np.flatnonzero(expected == flag)
-            exact = sum(float(p[i]) * f_tilde(KL.kind, KL.param, rho[i]) for i in idx)
-            np.testing.assert_allclose(total, exact, rtol=1e-13, atol=1e-300, err_msg=label)
+        groups = {flag: np.flatnonzero(expected == flag) for flag in (screen.KEPT_LOW, screen.RELEASED_LOW,
+                                                                       screen.KEPT_HIGH, screen.RELEASED_HIGH)}
+        assert (n_released_low, n_released_high) == (groups[screen.RELEASED_LOW].size,
+                                                      groups[screen.RELEASED_HIGH].size), label
+        low = np.concatenate([groups[screen.KEPT_LOW], groups[screen.RELEASED_LOW]])
+        high = np.concatenate([groups[screen.KEPT_HIGH], groups[screen.RELEASED_HIGH]])
+        assert (n_low, n_high) == (low.size, high.size), label
+        np.testing.assert_array_equal(work[0, :n_low], rho[low], err_msg=label)
+        np.testing.assert_array_equal(work[1, :n_low], p[low].astype(np.float64), err_msg=label)
+        np.testing.assert_array_equal(work[0, n - n_high:], -rho[high], err_msg=label)
+        np.testing.assert_array_equal(work[1, n - n_high:], p[high].astype(np.float64), err_msg=label)
 
 
 def test_sample_takes_tokens_by_mass_and_is_deterministic():

@@ -47,17 +47,21 @@ def drop_stale_caches() -> None:
 drop_stale_caches()
 
 
-def options(parallel: bool = False, cache: bool = True, reassociate: bool = False) -> dict:
+def options(parallel: bool = False, cache: bool = True, reassociate: bool = False, inline: bool = False) -> dict:
     fastmath = {"reassoc"} if reassociate else False
-    return dict(cache=cache, error_model="numpy", nogil=True, parallel=parallel, fastmath=fastmath)
+    return dict(cache=cache, error_model="numpy", nogil=True, parallel=parallel, fastmath=fastmath,
+                inline="always" if inline else "never")
 
 
-def kernel(fn=None, *, parallel: bool = False, reassociate: bool = False, cache: bool = True):
+def kernel(fn=None, *, parallel: bool = False, reassociate: bool = False, cache: bool = True, inline: bool = False):
     """``@kernel``, ``@kernel(parallel=True)`` or ``@kernel(reassociate=True)``: njit with the
-    project's options; ``cache=False`` for code generated at run time, never cached on disk."""
+    project's options; ``cache=False`` for code generated at run time, never cached on disk;
+    ``inline=True`` for a function inlined into its callers before compiling (which then
+    compile it with their own options), where the compiler would not inline it but a loop must
+    have it inline to vectorise."""
 
     def compile_(f):
-        chosen = options(parallel, cache=cache, reassociate=reassociate)
+        chosen = options(parallel, cache=cache, reassociate=reassociate, inline=inline)
         dispatcher = njit(**chosen)(f)
         KERNELS.append((dispatcher, chosen))
         return dispatcher

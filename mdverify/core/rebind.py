@@ -25,7 +25,7 @@ from mdverify.core.walk import walk, walk_to_price
 #: The functions a generated module provides, each taking (kind, a, ...).
 GENERATED = (
     "f_prime_at_one", "f_second_at_one", "f_tilde_at_zero", "f_tilde_prime_at_zero",
-    "f_tilde_prime_at_inf", "f_tilde", "f_tilde_prime", "f_tilde_star", "segment_root",
+    "f_tilde_prime_at_inf", "f_tilde", "f_tilde_prime", "f_tilde_star", "segment_root", "weighted_f_tilde_terms",
 )
 
 

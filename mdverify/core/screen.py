@@ -10,8 +10,9 @@ acceptance, capacities, drafter mass on p = 0), and flags the tokens. It stores 
 token and otherwise only sums, so the compiler vectorises it (the sums are reassociated,
 which changes their rounding and nothing else). The gather pass then copies the undecided
 tokens, the only ones the search needs one by one, into the split layout of
-``index.split_sides``, and sums p f~(rho) over the released ones; it skips eight unflagged
-tokens at a time.
+``index.split_sides``, and the released ones after them, for the search to sum p f~(rho)
+over them only if and when its decisions need that sum; it skips eight unflagged tokens at
+a time.
 
 The bounds are an estimate, so the solve on the screened row must confirm its answer: the
 search sums every group exactly, so its last segment is a true segment of the row's
@@ -26,7 +27,6 @@ import sys
 import numpy as np
 
 from mdverify.core.jit import kernel
-from mdverify.core.terms import weighted_f_tilde
 
 _LITTLE_ENDIAN = sys.byteorder == "little"
 
@@ -125,15 +125,17 @@ def screen_factors(bounds):
 @kernel(reassociate=True)
 def screen(p, q, bounds, flags):
     """Flag every token for the search; return (base, capacity_low, capacity_high, q0,
-    p_clipped_low, p_clipped_high, moved_released_low, moved_released_high).
+    p_clipped_low, p_clipped_high, p_released_low, p_released_high, moved_released_low,
+    moved_released_high, n_low, n_high, n_released_low, n_released_high).
 
     ``bounds`` = (a_lo, a_hi, b_lo, b_hi) with a_lo <= a_hi < 1 < b_lo <= b_hi. A low token
     (q < p) with ratio rho = q/p below a_lo, and a high one (q > p > 0) with rho above b_hi,
     are settled as clipped; a low token with rho above a_hi, and a high one below b_lo, as
     released (RELEASED_LOW, RELEASED_HIGH); the others are undecided (KEPT_LOW, KEPT_HIGH),
     and so are those within a few ulps of a bound. The totals are those of
-    ``index.split_sides``; then come the p-mass of each clipped group and the moved mass
-    p |1 - rho| of each released one.
+    ``index.split_sides``; then come the p-mass of each clipped and each released group, the
+    moved mass p |1 - rho| of each released one, and the counts of the tokens ``gather``
+    lays out: of each side not clipped, and of each side released.
 
     No ratio is computed: the bounds are compared as products (``screen_factors``), for a
     division per token would cost this pass three times the rest. Requires the row to be in
@@ -141,7 +143,9 @@ def screen(p, q, bounds, flags):
     """
     over_a_lo, over_a_hi, b_lo, b_hi = screen_factors(bounds)
     base = capacity_low = capacity_high = q0 = 0.0
-    p_clipped_low = p_clipped_high = moved_released_low = moved_released_high = 0.0
+    p_clipped_low = p_clipped_high = p_released_low = p_released_high = 0.0
+    moved_released_low = moved_released_high = 0.0
+    n_low = n_high = n_released_low = n_released_high = 0
     for i in range(p.size):
         pi = np.float64(p[i])
         qi = np.float64(q[i])
@@ -157,38 +161,54 @@ def screen(p, q, bounds, flags):
         q0 += qi if pi == 0.0 else 0.0
         p_clipped_low += pi if clipped_low else 0.0
         p_clipped_high += pi if clipped_high else 0.0
+        p_released_low += pi if released_low else 0.0
+        p_released_high += pi if released_high else 0.0
         moved_released_low += pi - qi if released_low else 0.0
         moved_released_high += qi - pi if released_high else 0.0
+        n_low += low & ~clipped_low
+        n_high += high & ~clipped_high
+        n_released_low += released_low
+        n_released_high += released_high
         flags[i] = ((low & ~clipped_low) * KEPT_LOW + (high & ~clipped_high) * KEPT_HIGH
                     + released_low * (RELEASED_LOW - KEPT_LOW) + released_high * (RELEASED_HIGH - KEPT_HIGH))
-    return (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, moved_released_low,
-            moved_released_high)
+    return (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, p_released_low, p_released_high,
+            moved_released_low, moved_released_high, n_low, n_high, n_released_low, n_released_high)
+
+
+#: Per flag: the key's sign (rho on the low side, -rho on the high side) in ``gather``'s layout.
+_SIGNS = np.array([0.0, 1.0, -1.0, 1.0, -1.0])
+
+
+#: ``gather`` visits every token, not only the flagged ones, where at least this share is flagged.
+DENSE = 0.125
 
 
 @kernel
-def gather(p, q, flags, kind, alpha, positions, key, weight):
-    """Copy the undecided tokens into ``key`` and ``weight`` as ``index.split_sides`` lays a
-    row out (low keys rho from the front, high keys -rho from the back, each in row order),
-    and sum p f~(rho) over each released group; return (n_low, n_high, f_released_low,
-    f_released_high). ``positions`` is int64 scratch of length >= n."""
-    count = flagged(flags, p.size, positions)
-    top = key.size - 1
-    n_low = 0
-    n_high = 0
-    f_released = np.zeros(2, np.float64)
-    for j in range(count):
-        i = positions[j]
-        flag = flags[i]
-        pi = np.float64(p[i])
-        rho = np.float64(q[i]) / pi
-        if flag == KEPT_LOW:
-            key[n_low] = rho
-            weight[n_low] = pi
-            n_low += 1
-        elif flag == KEPT_HIGH:
-            key[top - n_high] = -rho
-            weight[top - n_high] = pi
-            n_high += 1
-        else:
-            f_released[flag - RELEASED_LOW] += weighted_f_tilde(kind, alpha, pi, rho)
-    return n_low, n_high, f_released[0], f_released[1]
+def gather(p, q, flags, positions, key, weight, n_low, n_high, n_released_low, n_released_high):
+    """Copy every token not settled as clipped into ``key`` and ``weight`` as ``index.split_sides``
+    lays a row out, low keys rho in key[:n_low] and high keys -rho in key[size - n_high:], each
+    side's undecided tokens first and its released ones after them, each group in row order
+    (the counts are ``screen``'s). ``positions`` is int64 scratch of length >= n.
+
+    Without branches on the flag: each token goes to the next slot of its group, whose
+    cursor is looked up by the flag. Where few tokens are flagged, only those are visited
+    (``flagged``); otherwise every token is, a settled one written to a slot between the
+    sides that stays free, and not counted.
+    """
+    cursors = np.array([n_low, 0, key.size - n_high, n_low - n_released_low, key.size - n_released_high])
+    if n_low + n_high < DENSE * p.size:
+        for j in range(flagged(flags, p.size, positions)):
+            _place(p, q, flags, positions[j], key, weight, cursors)
+    else:
+        for i in range(p.size):
+            _place(p, q, flags, i, key, weight, cursors)
+
+
+@kernel
+def _place(p, q, flags, i, key, weight, cursors):
+    flag = flags[i]
+    slot = cursors[flag]
+    pi = np.float64(p[i])
+    key[slot] = _SIGNS[flag] * (np.float64(q[i]) / pi)
+    weight[slot] = pi
+    cursors[flag] = slot + (flag != SETTLED)

@@ -34,7 +34,7 @@ import numpy as np
 from mdverify.core._fgen import f_tilde, f_tilde_prime, f_tilde_prime_at_inf
 from mdverify.core.index import add_compensated, split_sides
 from mdverify.core.jit import kernel
-from mdverify.core.terms import weighted_f_tilde
+from mdverify.core.terms import divergence_of_ratios, sum_weighted_f_tilde, weighted_f_tilde
 from mdverify.core.screen import flag_view, flagged, gather, inclusion, mark_sample, screen
 from mdverify.core.walk import A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, segment_point, solve_segment, solve_slope
 
@@ -63,15 +63,17 @@ _ENDS = 1e-14
 
 
 @kernel
-def _settled(p_clipped, clip_max, moved_released, f_released, rel_min):
+def _settled(p_clipped, clip_max, p_released, moved_released, rel_min):
     """Sums of one side with tokens settled before the search: a clipped group of p-mass
-    ``p_clipped`` whose keys lie below ``clip_max``, and a released group with moved mass
-    ``moved_released`` and sum of p f~ ``f_released`` whose keys lie above ``rel_min``."""
+    ``p_clipped`` whose keys lie below ``clip_max``, and a released group of p-mass
+    ``p_released`` and moved mass ``moved_released`` whose keys lie above ``rel_min``, laid out
+    after the undecided tokens and not yet summed."""
     sums = np.zeros(7, np.float64)
     sums[P_CLIP] = p_clipped
     sums[CLIP_MAX] = clip_max
     sums[M_REL] = moved_released
-    sums[F_EXACT] = f_released
+    sums[P_UNC] = p_released
+    sums[M_UNC] = moved_released
     sums[REL_MIN] = rel_min
     return sums
 
@@ -186,10 +188,7 @@ def _locate(key, p, position, sums, s, m, scratch):
 
 @kernel
 def _released_sum(key, p, start, end, s, kind, alpha):
-    total = 0.0
-    for i in range(start, end):
-        total += weighted_f_tilde(kind, alpha, p[i], s * key[i])
-    return total
+    return sum_weighted_f_tilde(kind, alpha, key, p, s, start, end)
 
 
 @kernel
@@ -287,7 +286,7 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit):
         levels, reaches_drafter, in_range = _sample_bounds(p, q, eps, kind, alpha, work, slope_limit)
         found = False
         if reaches_drafter:  # most often r = q, every token released
-            found, state, q0, base = _drafter_state(p, q, eps, kind, alpha, slope_limit)
+            found, state, q0, base = _drafter_state(p, q, eps, kind, alpha, slope_limit, work[0])
             binding = False
         # Else the budget binds, or the row's end m_max falls short of r = q (drafter mass where
         # p = 0, float32 sums), or the sample misjudged: the screen's bounds hold the thresholds.
@@ -296,7 +295,7 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit):
         if found:
             return state, binding, q0, base
     low, high = _nothing_settled()
-    return _search(work, split_sides(p, q, work[0], work[1]), low, high, eps, kind, alpha, slope_limit)[:4]
+    return _search(work, split_sides(p, q, work[0], work[1]), (0, 0), low, high, eps, kind, alpha, slope_limit)[:4]
 
 
 @kernel
@@ -334,18 +333,19 @@ def screened_walk(p, q, eps, kind, alpha, work, bounds, slope_limit):
     """
     a_lo, a_hi, b_lo, b_hi = bounds
     flags = flag_view(work[3], p.size)
-    (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, moved_released_low,
-     moved_released_high) = screen(p, q, bounds, flags)
-    n_low, n_high, f_released_low, f_released_high = gather(p, q, flags, kind, alpha, work[2].view(np.int64),
-                                                            work[0], work[1])
+    (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, p_released_low, p_released_high,
+     moved_released_low, moved_released_high, n_low, n_high, n_released_low, n_released_high) = screen(p, q, bounds,
+                                                                                                       flags)
+    gather(p, q, flags, work[2].view(np.int64), work[0], work[1], n_low, n_high, n_released_low, n_released_high)
     # Keys: rho on the low side, -rho on the high side (clipped below a_lo and -b_hi, released
     # above a_hi and -b_lo).
-    low = _settled(p_clipped_low, a_lo if p_clipped_low > 0.0 else -np.inf, moved_released_low,
-                   f_released_low, a_hi if moved_released_low > 0.0 else 1.0)
-    high = _settled(p_clipped_high, -b_hi if p_clipped_high > 0.0 else -np.inf, moved_released_high,
-                    f_released_high, -b_lo if moved_released_high > 0.0 else -1.0)
+    low = _settled(p_clipped_low, a_lo if p_clipped_low > 0.0 else -np.inf, p_released_low, moved_released_low,
+                   a_hi if n_released_low > 0 else 1.0)
+    high = _settled(p_clipped_high, -b_hi if p_clipped_high > 0.0 else -np.inf, p_released_high, moved_released_high,
+                    -b_lo if n_released_high > 0 else -1.0)
     split = (n_low, n_high, q0, base, capacity_low, capacity_high)
-    state, binding, q0, base, stopped = _search(work, split, low, high, eps, kind, alpha, slope_limit)
+    state, binding, q0, base, stopped = _search(work, split, (n_released_low, n_released_high), low, high, eps, kind,
+                                                alpha, slope_limit)
     a, b = state[A], state[B]
     hits = np.array([p_clipped_low > 0.0 and a <= a_lo, moved_released_low > 0.0 and a >= a_hi,
                      moved_released_high > 0.0 and b <= b_lo, p_clipped_high > 0.0 and b >= b_hi])
@@ -392,8 +392,8 @@ def _sample_bounds(p, q, eps, kind, alpha, work, slope_limit):
         qs[j] = np.float64(q[taken[j]]) * tokens[j]
     sample_work = np.empty((4, m), np.float64)
     low, high = _nothing_settled()
-    state, binding, _, _, _ = _search(sample_work, split_sides(ps, qs, sample_work[0], sample_work[1]), low, high,
-                                   eps, kind, alpha, slope_limit)
+    state, binding, _, _, _ = _search(sample_work, split_sides(ps, qs, sample_work[0], sample_work[1]), (0, 0), low,
+                                      high, eps, kind, alpha, slope_limit)
     keys = qs / ps
     # One sort for both sides: low keys (< 1) come first, then ratio 1, then the finite high
     # keys, then inf (p = 0) and nan (p = q = 0).
@@ -415,39 +415,39 @@ def _sample_bounds(p, q, eps, kind, alpha, work, slope_limit):
 
 
 @kernel
-def _drafter_state(p, q, eps, kind, alpha, slope_limit):
+def _drafter_state(p, q, eps, kind, alpha, slope_limit, ratios):
     """(found, state, q0, base) for r = q, which accepts every drafted token and so is optimal
     when D_f(q || p) <= eps and the frontier's last slope is at most ``slope_limit`` (a price
     buys all of it), and the walk's final state for it (every token released, a and b at the
     extreme ratios, the budget not binding).
 
     ``found`` also requires the sides' capacities to balance (up to DRAFTER_BALANCE): when q
-    and p sum to different totals (float32 rows), the optimum stops short of r = q on one side.
+    and p sum to different totals (float32 rows), the optimum stops short of r = q on one side. ``ratios`` (float64, length >= n) is overwritten with the ratios for D's sum
+    (``terms.divergence_of_ratios``), a second, vectorised pass.
     """
     fpinf = f_tilde_prime_at_inf(kind, alpha)
-    value = base = base_c = capacity_low = capacity_low_c = capacity_high = capacity_high_c = q0 = 0.0
+    base = base_c = capacity_low = capacity_low_c = capacity_high = capacity_high_c = q0 = 0.0
     a = b = 1.0
-    for i in range(p.size):  # one pass: D's terms in a second one cost 6-20% more (measured)
+    for i in range(p.size):
         pi = np.float64(p[i])
         qi = np.float64(q[i])
         rho = qi / pi
-        # Compensated: base + m is the acceptance, to be equal to the sorted walk's to the last bits;
-        # and the capacities, which summed plainly over 131072 terms drift past DRAFTER_BALANCE.
+        finite = rho < np.inf  # p = 0 (or q / p overflows): drafter mass the fill moves
+        # Compensated: base + m is the acceptance, to be equal to the sorted walk's to the last
+        # bits (and not over 1); and the capacities, which summed plainly over 131072 terms
+        # drift past DRAFTER_BALANCE.
         base, base_c = add_compensated(base, base_c, min(pi, qi))
-        if qi < pi:
-            capacity_low, capacity_low_c = add_compensated(capacity_low, capacity_low_c, pi * (1.0 - rho))
-            a = min(a, rho)
-        if rho == np.inf:
-            q0 += qi
-            value += qi * fpinf
-        elif qi != pi:
-            value += weighted_f_tilde(kind, alpha, pi, rho)
-            if qi > pi:
-                capacity_high, capacity_high_c = add_compensated(capacity_high, capacity_high_c, pi * (rho - 1.0))
-                b = max(b, rho)
+        capacity_low, capacity_low_c = add_compensated(capacity_low, capacity_low_c, pi - qi if qi < pi else 0.0)
+        capacity_high, capacity_high_c = add_compensated(capacity_high, capacity_high_c,
+                                                         qi - pi if (qi > pi) & finite else 0.0)
+        q0 += 0.0 if finite else qi
+        a = min(a, rho)
+        b = max(b, rho if finite else 1.0)
+        ratios[i] = rho if finite else 1.0
     base += base_c
     capacity_low += capacity_low_c
     capacity_high += capacity_high_c
+    value = divergence_of_ratios(kind, alpha, ratios[:p.size], p, q0)  # as md.divergence sums it, bit for bit
     state = np.zeros(STATE_SIZE, np.float64)
     state[D] = value
     state[M] = min(capacity_low, capacity_high + q0)
@@ -484,10 +484,50 @@ def _reach(keys, tokens, t, floor, ceiling, reach):
 
 
 @kernel
-def _search(work, split, low_sums, high_sums, eps, kind, alpha, slope_limit):
+def _held_back(low_sums, high_sums, m_end, m_low_end, m_high_end, tolerance, fill_open, eps, kind, alpha,
+               slope_limit):
+    """(held, state): whether the settled groups hold the walk back at the end m_end < m_max of
+    the last segment, within the budget (or the price) there, as decided from bounds alone
+    (the chord bounds of the search) so that the released tokens need not be summed; and
+    then the state at m_end, its D an upper bound. Such a state is not the optimum (a search
+    with nothing settled beforehand never ends there): only the thresholds matter."""
+    p_low, p_high = low_sums[P_CLIP], high_sums[P_CLIP]
+    a = low_sums[REL_MIN]
+    if p_low > 0.0:
+        a = low_sums[CLIP_MAX] if m_end >= m_low_end - tolerance else 1.0 - (m_end - low_sums[M_REL]) / p_low
+        a = min(max(a, max(low_sums[CLIP_MAX], 0.0)), low_sums[REL_MIN])
+    b = -high_sums[REL_MIN]
+    fill = 0.0
+    if p_high > 0.0:
+        b = -high_sums[CLIP_MAX] if m_end >= m_high_end - tolerance else 1.0 + (m_end - high_sums[M_REL]) / p_high
+        b = max(min(b, -high_sums[CLIP_MAX]), -high_sums[REL_MIN])
+    elif fill_open:
+        fill = max(m_end - high_sums[M_REL], 0.0)
+    fpinf = f_tilde_prime_at_inf(kind, alpha)
+    upper = fill * fpinf if fill > 0.0 else 0.0
+    for side_sums, s, t in ((low_sums, 1.0, a), (high_sums, -1.0, -b)):
+        upper += _cost_bounds(kind, alpha, s, t, side_sums[P_CLIP], side_sums[F_EXACT], side_sums[P_UNC],
+                              side_sums[M_UNC])[1]
+    slope = (fpinf if fill > 0.0 else f_tilde_prime(kind, alpha, b)) - f_tilde_prime(kind, alpha, a)
+    held = ((eps == np.inf or upper < eps * (1.0 - _MARGIN))
+            and (slope_limit == np.inf or slope < slope_limit * (1.0 - _MARGIN)))
+    state = np.zeros(STATE_SIZE, np.float64)
+    state[K_LOW] = 1.0 if p_low > 0.0 else 0.0
+    state[K_HIGH] = 1.0 if p_high > 0.0 else 0.0
+    state[D] = upper
+    state[M] = m_end
+    state[A] = a
+    state[B] = b
+    state[FILL] = fill
+    return held, state
+
+
+@kernel
+def _search(work, split, unsummed, low_sums, high_sums, eps, kind, alpha, slope_limit):
     """``select_walk`` on rows already split into ``work``: ``split`` is what ``split_sides``
-    returns, ``low_sums`` and ``high_sums`` the sides' sums over the tokens settled before
-    the search (``_settled``), which the search updates.
+    returns, with the last ``unsummed`` tokens of each side (low, high) released before the
+    search and not summed; ``low_sums`` and ``high_sums`` the sides' sums over the tokens
+    settled before the search (``_settled``), which the search updates.
 
     With a finite ``slope_limit`` (1 / price) the search finds the largest m whose slope
     dD/dm = f~'(b) - f~'(a) is at most it, instead of the largest with D(m) <= eps; no sums
@@ -508,8 +548,8 @@ def _search(work, split, low_sums, high_sums, eps, kind, alpha, slope_limit):
     keys = (low_key, high_key)
     ps = (low_p, high_p)
     signs = (1.0, -1.0)
-    low_position = np.array([0, n_low, n_low], np.int64)
-    high_position = np.array([0, n_high, n_high], np.int64)
+    low_position = np.array([0, n_low - unsummed[0], n_low], np.int64)
+    high_position = np.array([0, n_high - unsummed[1], n_high], np.int64)
     positions = (low_position, high_position)
     sums = (low_sums, high_sums)
     fpinf = f_tilde_prime_at_inf(kind, alpha)
@@ -579,10 +619,7 @@ def _search(work, split, low_sums, high_sums, eps, kind, alpha, slope_limit):
             _settle(oposition, osums, False, split, op_clipped, 0.0, oclip_max,
                     summed, f_other_unsummed)
 
-    # Both sides settled: sum the remaining released tokens and solve the last segment.
-    for side in range(2):
-        position, side_sums = positions[side], sums[side]
-        side_sums[F_EXACT] += _released_sum(keys[side], ps[side], position[HI], position[END], signs[side], kind, alpha)
+    # Both sides settled: the last segment.
     p_low = low_sums[P_CLIP]
     p_high = high_sums[P_CLIP]
     a_top = low_sums[REL_MIN]
@@ -604,6 +641,15 @@ def _search(work, split, low_sums, high_sums, eps, kind, alpha, slope_limit):
     stopped = m_end < m_start - tolerance
     if m_end < m_start:
         m_end = m_start
+    if not stopped and m_end < m_max - tolerance:
+        held, state = _held_back(low_sums, high_sums, m_end, m_low_end, m_high_end, tolerance, fill_open, eps,
+                                 kind, alpha, slope_limit)
+        if held:
+            return state, True, q0, base, True
+    # Sum the remaining released tokens and solve the segment.
+    for side in range(2):
+        position, side_sums = positions[side], sums[side]
+        side_sums[F_EXACT] += _released_sum(keys[side], ps[side], position[HI], position[END], signs[side], kind, alpha)
     a0 = a_top
     if m_start > m_low_start and p_low > 0.0:
         a0 = min(max(1.0 - (m_start - low_sums[M_REL]) / p_low, a_min), a_top)

@@ -38,7 +38,10 @@ f(t) - f'(1)(t - 1), which is non-negative and gives the same divergence on the 
 
 import math
 
+from mdverify.core.fastlog import log
 from mdverify.core.jit import kernel
+
+inline_kernel = kernel(inline=True)
 
 '''
 
@@ -70,6 +73,17 @@ class _Printer(PythonCodePrinter):
 
 def _code(expr: sp.Expr) -> str:
     return _Printer().doprint(sp.sympify(expr))
+
+
+class _VectorPrinter(_Printer):
+    """``_Printer`` with ``core.fastlog.log`` for the logarithm: no call, so a loop vectorises."""
+
+    def _print_log(self, expr):
+        return f"log({self._print(expr.args[0])})"
+
+
+def _vector_code(expr: sp.Expr) -> str:
+    return _VectorPrinter().doprint(sp.sympify(expr))
 
 
 # Numerical form selection. sympy offers several equivalent forms of each expression and
@@ -222,6 +236,9 @@ T_DOCS = {
     "f_tilde_prime": "f~'(t) for t in [0, inf); above 1 as f~*(u) - u f~*'(u) at u = 1/t where that is accurate.",
 }
 STAR_DOC = "u f~(1/u) for u in (0, 1]: f~(t) = t f~*(1/t), for the ratios t at which f~(t) overflows."
+TERMS_DOC = ("out[j] = weight[start + j] f~(s key[start + j]) for j < count (weight >= 0, s key >= 0).",
+             "Without a branch or a call, so vectorised; a term is inf where f~ overflows although",
+             "weight f~ does not (``core.terms.weighted_f_tilde`` is finite there).")
 ROOT_DOC = ("The largest real delta with p_low f~(1 - da - delta/p_low) + p_high f~(1 + db + delta/p_high) = e.",
             "Closed forms from sympy (SPEC C5); nan for the kinds without one, or no real root.")
 
@@ -347,7 +364,38 @@ def module_source(forms: list[Forms], header: str = HEADER) -> str:
         ))
     parts.append(_dispatch("f_tilde_star", "kind, a, u", STAR_DOC, [(f.name, _code(f.star)) for f in forms]))
     parts.append(_segment_root(forms))
+    parts += [_branch_free_f_tilde(kind, f) for kind, f in enumerate(forms)]
+    parts.append(_weighted_f_tilde_terms(forms))
     return "".join(parts).rstrip() + "\n"
+
+
+def _branch_free_f_tilde(kind: int, f: Forms) -> str:
+    """f~ of one kind as ``f_tilde`` computes it, every piece computed and one selected."""
+    near, (high, in_u) = f.near["f_tilde"], f.high["f_tilde"]
+    lines = ["@inline_kernel", f"def f_tilde_kind{kind}(a, t):",
+             f'    """f~(t) of {f.name}: ``f_tilde``\'s pieces, each computed and one kept, with ``fastlog.log``."""']
+    if in_u:
+        lines += ["    u = 1.0 / t"]
+    lines += [f"    high = {_high_code((high, in_u), T_FUNCTIONS['f_tilde'][1], _vector_code)}",
+              f"    low = {_vector_code(f.low['f_tilde'])}",
+              "    value = low if t <= 1.0 else high"]
+    if near is not None:
+        lines += ["    w = t - 1.0", f"    near = {_vector_code(near)}",
+                  f"    value = near if abs(w) < {NEAR_ONE!r} else value"]
+    at_zero = f.constants["f_tilde_at_zero"]
+    at_zero = _code(at_zero) if at_zero.free_symbols or not at_zero.is_finite else repr(float(at_zero))  # no call per t
+    lines += [f"    return float({at_zero}) if t == 0.0 else float(value)", "", ""]
+    return "\n".join(lines)
+
+
+def _weighted_f_tilde_terms(forms: list[Forms]) -> str:
+    """One loop per kind over its branch-free f~ (inlined), which the compiler vectorises."""
+    lines = ["@kernel", "def weighted_f_tilde_terms(kind, a, key, weight, s, start, count, out):",
+             f'    """{TERMS_DOC[0]}', "", f"    {TERMS_DOC[1]}", f"    {TERMS_DOC[2]}", '    """']
+    for kind, f in enumerate(forms):
+        lines += [f"    if kind == {kind}:  # {f.name}", "        for j in range(count):",
+                  f"            out[j] = weight[start + j] * f_tilde_kind{kind}(a, s * key[start + j])"]
+    return "\n".join(lines + ["", ""])
 
 
 def _segment_root(forms: list[Forms]) -> str:
@@ -519,9 +567,11 @@ stack (``mdverify.core.rebind``) calls in their place. Never cached on disk.
 
 import math
 
+from mdverify.core.fastlog import log
 from mdverify.core.jit import kernel as _kernel
 
 kernel = _kernel(cache=False)
+inline_kernel = _kernel(cache=False, inline=True)
 
 '''
 
