@@ -422,7 +422,8 @@ def _drafter_state(p, q, eps, kind, alpha, slope_limit, ratios):
     extreme ratios, the budget not binding).
 
     ``found`` also requires the sides' capacities to balance (up to DRAFTER_BALANCE): when q
-    and p sum to different totals (float32 rows), the optimum stops short of r = q on one side. ``ratios`` (float64, length >= n) is overwritten with the ratios for D's sum
+    and p sum to different totals (float32 rows), the optimum stops short of r = q on one side.
+    ``ratios`` (float64, length >= n) is overwritten with the ratios for D's sum
     (``terms.divergence_of_ratios``), a second, vectorised pass.
     """
     fpinf = f_tilde_prime_at_inf(kind, alpha)
