@@ -13,16 +13,18 @@ D(m) needs sum p f~(rho) over released tokens, the one costly part. It is first 
 from sums the partitions already have: Jensen's inequality gives P f~(mean ratio) from below,
 and the chord of f~ between the threshold and 1 (f~(1) = 0) gives f~(thr) M / |thr - 1| from
 above, where P and M are the group's p-mass and moved mass. Only when eps falls inside the
-bracket are the released tokens summed exactly, and those already settled are summed once.
-The last segment, where both clipped sets are fixed, is solved by the walk's own
-``solve_segment``.
+bracket are the released tokens summed exactly (``terms.sum_weighted_f_tilde``, vectorised),
+and those already settled are summed once. The last segment, where both clipped sets are
+fixed, is solved by the walk's own ``solve_segment``.
 
 Long rows (SAMPLE_FROM tokens and more) are screened first (``core.screen``): a sample of the
-row bounds both thresholds, two vectorised passes settle every token outside the bounds as
-clipped or released, and the search runs on the few tokens between them, with the settled
-groups as its starting sums. An answer that is not the budget's crossing inside its last
-segment (or the end at m_max) is not confirmed: the bounds are widened and the row screened
-again (``select_walk``).
+row bounds both thresholds, two passes settle every token outside the bounds as clipped or
+released, and the search runs on the few tokens between them, with the settled groups as
+its starting sums (the released ones laid out after them, summed only when a decision needs
+it). An answer that is not the budget's crossing inside its last segment (or the end at
+m_max) is not confirmed: the bounds are widened and the row screened again
+(``select_walk``); where bounds alone show that the settled groups hold the walk back
+(``_held_back``), the released tokens are never summed.
 
 Tokens are held per side as (key, p) with key = rho on the low side and key = -rho on the
 high side, so that on both sides a token is released at threshold t iff key >= t and its

@@ -39,7 +39,8 @@ def sum_weighted_f_tilde(kind, alpha, key, weight, s, start, end):
 
     Chunks of terms are computed by the generated loop without branches or calls, which the
     compiler vectorises, and added in an order it chooses (reassociated: the rounding of the
-    sum changes, nothing else); where that is not finite, term by term (``weighted_f_tilde``).
+    sum changes, nothing else); where that is not finite, term by term (``weighted_f_tilde``)
+    up to the first infinite term.
     """
     terms = np.empty(CHUNK, np.float64)
     total = 0.0
@@ -52,6 +53,8 @@ def sum_weighted_f_tilde(kind, alpha, key, weight, s, start, end):
     total = 0.0
     for i in range(start, end):
         total += weighted_f_tilde(kind, alpha, np.float64(weight[i]), s * key[i])
+        if total == np.inf:  # a term is inf (f~(0) = inf), not only its f~: so is the sum
+            break
     return total
 
 
