@@ -36,7 +36,7 @@ import numpy as np
 from mdverify.core._fgen import f_tilde, f_tilde_prime, f_tilde_prime_at_inf
 from mdverify.core.index import add_compensated, split_sides
 from mdverify.core.jit import kernel
-from mdverify.core.terms import divergence_of_ratios, sum_weighted_f_tilde, weighted_f_tilde
+from mdverify.core.terms import divergence_of_terms, divergence_terms, sum_weighted_f_tilde, weighted_f_tilde
 from mdverify.core.screen import flag_view, flagged, gather, inclusion, mark_sample, screen
 from mdverify.core.walk import A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, segment_point, solve_segment, solve_slope
 
@@ -288,7 +288,7 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit):
         levels, reaches_drafter, in_range = _sample_bounds(p, q, eps, kind, alpha, work, slope_limit)
         found = False
         if reaches_drafter:  # most often r = q, every token released
-            found, state, q0, base = _drafter_state(p, q, eps, kind, alpha, slope_limit, work[0])
+            found, state, q0, base = _drafter_state(p, q, eps, kind, alpha, slope_limit, work)
             binding = False
         # Else the budget binds, or the row's end m_max falls short of r = q (drafter mass where
         # p = 0, float32 sums), or the sample misjudged: the screen's bounds hold the thresholds.
@@ -417,7 +417,7 @@ def _sample_bounds(p, q, eps, kind, alpha, work, slope_limit):
 
 
 @kernel
-def _drafter_state(p, q, eps, kind, alpha, slope_limit, ratios):
+def _drafter_state(p, q, eps, kind, alpha, slope_limit, work):
     """(found, state, q0, base) for r = q, which accepts every drafted token and so is optimal
     when D_f(q || p) <= eps and the frontier's last slope is at most ``slope_limit`` (a price
     buys all of it), and the walk's final state for it (every token released, a and b at the
@@ -425,8 +425,8 @@ def _drafter_state(p, q, eps, kind, alpha, slope_limit, ratios):
 
     ``found`` also requires the sides' capacities to balance (up to DRAFTER_BALANCE): when q
     and p sum to different totals (float32 rows), the optimum stops short of r = q on one side.
-    ``ratios`` (float64, length >= n) is overwritten with the ratios for D's sum
-    (``terms.divergence_of_ratios``), a second, vectorised pass.
+    D's terms are laid out in work[0] and work[1] (``terms.divergence_terms``) for a second,
+    vectorised pass.
     """
     fpinf = f_tilde_prime_at_inf(kind, alpha)
     base = base_c = capacity_low = capacity_low_c = capacity_high = capacity_high_c = q0 = 0.0
@@ -446,11 +446,11 @@ def _drafter_state(p, q, eps, kind, alpha, slope_limit, ratios):
         q0 += 0.0 if finite else qi
         a = min(a, rho)
         b = max(b, rho if finite else 1.0)
-        ratios[i] = rho if finite else 1.0
     base += base_c
     capacity_low += capacity_low_c
     capacity_high += capacity_high_c
-    value = divergence_of_ratios(kind, alpha, ratios[:p.size], p, q0)  # as md.divergence sums it, bit for bit
+    # As md.divergence sums D(q || p), bit for bit.
+    value = divergence_of_terms(kind, alpha, work[0], work[1], *divergence_terms(q, p, work[0], work[1]))
     state = np.zeros(STATE_SIZE, np.float64)
     state[D] = value
     state[M] = min(capacity_low, capacity_high + q0)

@@ -9,7 +9,7 @@ the plain product, bit for bit.
 
 import numpy as np
 
-from mdverify.core._fgen import f_tilde, f_tilde_prime_at_inf, f_tilde_star, weighted_f_tilde_terms
+from mdverify.core._fgen import f_tilde, f_tilde_at_zero, f_tilde_prime_at_inf, f_tilde_star, weighted_f_tilde_terms
 from mdverify.core.jit import kernel
 
 #: Terms computed at a time by the vectorised loop of ``sum_weighted_f_tilde``.
@@ -59,23 +59,43 @@ def sum_weighted_f_tilde(kind, alpha, key, weight, s, start, end):
 
 
 @kernel
-def divergence_of_ratios(kind, alpha, ratios, p, spilled):
-    """D_f(r || p) from the ratios r_i/p_i of the row (1 where p_i = 0 or the ratio overflows) and
-    ``spilled``, the sum of r_i over those tokens, each worth f'(inf) per unit of mass. Every
-    caller sums D this way, so equal rows give equal sums, to the last bit."""
-    fpinf = f_tilde_prime_at_inf(kind, alpha)
-    return sum_weighted_f_tilde(kind, alpha, ratios, p, 1.0, 0, p.size) + (spilled * fpinf if spilled > 0.0 else 0.0)
+def divergence_terms(r, p, ratios, weights):
+    """The terms of D_f(r || p), laid out for ``divergence_of_terms``: in row order, the ratios
+    r_i / p_i and weights p_i of the tokens whose term needs f~ (0 < r_i, the ratio finite) in
+    ``ratios`` and ``weights`` (float64, length >= n); returns (count, zero, spilled), their
+    number, the p-mass where r_i = 0 (each unit worth f~(0)) and the r-mass where the ratio
+    is infinite (p_i = 0, or r_i / p_i overflows; each unit worth f'(inf))."""
+    count = 0
+    zero = spilled = 0.0
+    for i in range(p.size):
+        pi = np.float64(p[i])
+        ri = np.float64(r[i])
+        t = ri / pi
+        finite = t < np.inf
+        ratios[count] = t
+        weights[count] = pi
+        count += finite & (ri > 0.0)
+        zero += pi if ri == 0.0 else 0.0
+        spilled += 0.0 if finite else ri
+    return count, zero, spilled
+
+
+@kernel
+def divergence_of_terms(kind, alpha, ratios, weights, count, zero, spilled):
+    """D_f(r || p) from ``divergence_terms``. Every caller sums D this way, so equal rows give
+    equal sums, to the last bit."""
+    value = spilled * f_tilde_prime_at_inf(kind, alpha) if spilled > 0.0 else 0.0
+    if zero > 0.0:
+        value += zero * f_tilde_at_zero(kind, alpha)
+    if value == np.inf:
+        return value
+    return value + sum_weighted_f_tilde(kind, alpha, ratios, weights, 1.0, 0, count)
 
 
 @kernel
 def divergence_row(r, p, kind, alpha):
     """D_f(r || p) with the normalised generator; p_i = 0 < r_i terms cost r_i f'(inf)."""
     ratios = np.empty(p.size, np.float64)
-    spilled = 0.0
-    for i in range(p.size):
-        ri = np.float64(r[i])
-        t = ri / np.float64(p[i])
-        finite = t < np.inf  # not where p_i = 0, nor where r_i / p_i overflows
-        ratios[i] = t if finite else 1.0
-        spilled += 0.0 if finite else ri
-    return divergence_of_ratios(kind, alpha, ratios, p, spilled)
+    weights = np.empty(p.size, np.float64)
+    count, zero, spilled = divergence_terms(r, p, ratios, weights)
+    return divergence_of_terms(kind, alpha, ratios, weights, count, zero, spilled)

@@ -1,0 +1,76 @@
+"""``core.terms``: D_f's sums, vectorised, against term-by-term references."""
+
+import math
+
+import numpy as np
+import pytest
+
+import mdverify as md
+from mdverify.core import select
+from mdverify.core.terms import divergence_row, sum_weighted_f_tilde, weighted_f_tilde
+from mdverify.bench.families import FAMILIES
+
+
+def _reference(kind, alpha, key, weight, s):
+    return math.fsum(weighted_f_tilde(kind, alpha, float(w), s * float(k)) for k, w in zip(key, weight))
+
+
+def test_sum_of_terms_is_their_exact_sum(entry):
+    """Within 1e-14 of the exactly rounded sum of ``weighted_f_tilde``, on both sides' key signs,
+    wide ratios, and lengths that are not whole chunks."""
+    rng = np.random.default_rng(7)
+    ratios = np.exp(rng.normal(0.0, 4.0, 5000))
+    weight = rng.dirichlet(np.ones(5000))
+    for s, key in ((1.0, ratios), (-1.0, -ratios)):
+        for start, end in ((0, 5000), (3, 1029), (17, 17)):
+            got = sum_weighted_f_tilde(entry.kind, entry.param, key, weight, s, start, end)
+            want = _reference(entry.kind, entry.param, key[start:end], weight[start:end], s)
+            assert got == pytest.approx(want, rel=1e-14, abs=1e-300), (entry.name, s, start, end)
+
+
+def test_terms_whose_f_overflows_are_summed_term_by_term():
+    """KL's f~(t) overflows from t = 2.5e305 while p f~(t) does not (p = 1e-306): the sum falls
+    back to ``weighted_f_tilde``, which is finite there; an infinite term (reverse_kl at t = 0)
+    makes the sum infinite."""
+    kl, reverse_kl = md.divergence("kl"), md.divergence("reverse_kl")
+    key = np.array([0.5, 1e306 / 2, 2.0])
+    weight = np.array([0.2, 1e-306, 0.3])
+    got = sum_weighted_f_tilde(kl.kind, kl.param, key, weight, 1.0, 0, 3)
+    assert np.isfinite(got) and got == pytest.approx(_reference(kl.kind, kl.param, key, weight, 1.0), rel=1e-14)
+    key[0] = 0.0
+    assert sum_weighted_f_tilde(reverse_kl.kind, reverse_kl.param, key, weight, 1.0, 0, 3) == np.inf
+
+
+def test_divergence_row_counts_every_kind_of_token(entry):
+    """Zeros on either side, p = 0 < r (worth r f'(inf)), tiny p, float32 rows: the sum of each
+    token's term as the registry defines it."""
+    rng = np.random.default_rng(3)
+    for dtype in (np.float64, np.float32):
+        p, r = rng.dirichlet(np.ones(3000)), rng.dirichlet(np.ones(3000))
+        p[:40], r[40:80], p[80:90], r[80:90] = 0.0, 0.0, 0.0, 0.0
+        p[90:100] = 1e-300
+        p, r = (x.astype(dtype) for x in (p, r))
+        terms = []
+        fpinf = entry.kernels.f_tilde_prime_at_inf(entry.kind, entry.param)
+        for pi, ri in zip(p.astype(float), r.astype(float)):
+            if pi > 0.0 and ri / pi < np.inf:
+                terms.append(weighted_f_tilde(entry.kind, entry.param, pi, ri / pi))
+            elif ri > 0.0:
+                terms.append(ri * fpinf)
+        want = math.fsum(terms)
+        assert divergence_row(r, p, entry.kind, entry.param) == pytest.approx(want, rel=1e-14, abs=1e-300)
+
+
+@pytest.mark.parametrize("family", ["unrelated drafter", "top-p target (0.9)", "top-k drafter (k = 50)",
+                                    "near-identical pair"])
+def test_the_drafter_test_sums_d_as_md_divergence_does(family):
+    """At eps = D(q || p) as ``md.divergence`` gives it, r = q is recognised: the drafter test
+    sums D exactly as that does, to the last bit (a sum in another order could exceed it)."""
+    p, q = FAMILIES[family](131072, np.random.default_rng(11))
+    for name in ("kl", "jensen_shannon", "hellinger", "tv"):
+        entry = md.divergence(name)
+        eps = float(entry.value(q, p))
+        if not np.isfinite(eps):
+            continue
+        found, state, _, _ = select._drafter_state(p, q, eps, entry.kind, entry.param, np.inf, np.empty((2, p.size)))
+        assert found and state[select.D] == eps, (family, name)
