@@ -175,15 +175,16 @@ def run(n: int, quick: bool = False, bar=None) -> dict:
             "families": [asdict(f) for f in families], "overhead": python_overhead(n)}
 
 
-def summary(result: dict) -> dict:
-    """Per method: median and worst ratio to the sort, and the worst case's name."""
-    cases = result["cases"]
+def summary(result: dict, size: int | None = None) -> dict:
+    """Per method: median and worst ratio to the sort, and the worst case's name; over the cases
+    of length ``size`` only, where given."""
+    cases = [c for c in result["cases"] if size is None or c["n"] == size]
     out = {}
     for method in ("select", "sorted", "mentor"):
         ratios = np.array([c[method] for c in cases])
         worst = int(np.argmax(ratios))
         out[method] = {"median": float(np.median(ratios)), "worst": float(ratios[worst]), "worst_case": cases[worst]["name"],
-                       "share_within_half": float(np.mean(ratios <= 0.5))}
+                       "share_within_half": float(np.mean(ratios <= 0.5)), "cases": len(cases)}
     return out
 
 
@@ -220,11 +221,20 @@ def markdown(result: dict, plot_name: str) -> str:
              f"budgets {', '.join(sorted({c['label'] for c in result['cases']}, key=lambda x: (x == 'D(q||p)', x)))} "
              f"(D(q||p): where r = q is first reached), n = {result['n']} (the n-gram rows: their vocabulary).", "",
              f"![ratio to the sort across row families]({plot_name})", "",
-             "| method | median / sort | worst / sort | cases within 0.5x | worst case |", "|---|---|---|---|---|"]
+             "| method | cases | median / sort | worst / sort | cases within 0.5x | worst case |",
+             "|---|---|---|---|---|---|"]
+    at_n = summary(result, result["n"])
     for method, label in METHOD_LABELS.items():
-        m = s[method]
-        lines.append(f"| {label} | {m['median']:.2f} | {m['worst']:.2f} | {100 * m['share_within_half']:.0f}% "
-                     f"| {m['worst_case']} |")
+        for scope, m in (("all", s[method]), (f"n = {result['n']}", at_n[method])):
+            lines.append(f"| {label} | {scope} ({m['cases']}) | {m['median']:.2f} | {m['worst']:.2f} "
+                         f"| {100 * m['share_within_half']:.0f}% | {m['worst_case']} |")
+    small = sorted({(c["family"], c["n"]) for c in result["cases"] if c["n"] != result["n"]})
+    if small:
+        sort_ms = np.median([c["sort_ms"] for c in result["cases"] if c["n"] != result["n"]])
+        lines += ["", f"The n = {result['n']} lines leave out the rows of "
+                  + ", ".join(f"{family} (n = {n})" for family, n in small)
+                  + f": their sort takes {sort_ms * 1e3:.0f} us (median), against "
+                  f"{result['overhead']['overhead_ms'] * 1e3:.0f} us for the Python part of one `md.mentor` call (below)."]
     reference = [c for c in result["cases"] if c["family"].startswith("reference") and c["divergence"] == "kl"]
     if reference:
         lines += ["", "The reference row (kl), one line of the table rather than its headline: "
