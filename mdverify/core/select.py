@@ -55,6 +55,9 @@ SAMPLE_FROM = 2048
 SAMPLE_SIZE = 512
 SAMPLE_SHARE = 16
 SAMPLE_REACH = (2.0, 8.0, 64.0, np.inf)
+#: A sample on which the budget does not bind where it binds on the row misjudged its
+#: thresholds too: the screen then starts from this level of SAMPLE_REACH.
+MISJUDGED_LEVEL = 2
 #: Largest difference of the two sides' capacities at which r = q is taken as the optimum
 #: (``_drafter_state``); r then differs from the optimum by at most that much mass.
 DRAFTER_BALANCE = 1e-14
@@ -190,7 +193,7 @@ def _locate(key, p, position, sums, s, m, scratch):
 
 @kernel
 def _released_sum(key, p, start, end, s, kind, alpha):
-    return sum_weighted_f_tilde(kind, alpha, key, p, s, start, end)
+    return sum_weighted_f_tilde(kind, alpha, key, p, s, start, end, np.inf)
 
 
 @kernel
@@ -286,14 +289,17 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit):
     """``select_walk`` (``slope_limit`` inf) or ``select_price_walk`` (``eps`` inf)."""
     if p.size >= SAMPLE_FROM:
         levels, reaches_drafter, in_range = _sample_bounds(p, q, eps, kind, alpha, work, slope_limit)
-        found = False
+        found = misjudged = False
         if reaches_drafter:  # most often r = q, every token released
             found, state, q0, base = _drafter_state(p, q, eps, kind, alpha, slope_limit, work)
             binding = False
+            misjudged = state[D] > eps
         # Else the budget binds, or the row's end m_max falls short of r = q (drafter mass where
         # p = 0, float32 sums), or the sample misjudged: the screen's bounds hold the thresholds.
         if not found and in_range:
-            found, state, binding, q0, base = _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit)
+            first = MISJUDGED_LEVEL if misjudged else 0
+            found, state, binding, q0, base = _screen_by_levels(p, q, eps, kind, alpha, work, levels[first:],
+                                                                slope_limit)
         if found:
             return state, binding, q0, base
     low, high = _nothing_settled()
@@ -425,10 +431,16 @@ def _drafter_state(p, q, eps, kind, alpha, slope_limit, work):
 
     ``found`` also requires the sides' capacities to balance (up to DRAFTER_BALANCE): when q
     and p sum to different totals (float32 rows), the optimum stops short of r = q on one side.
-    D's terms are laid out in work[0] and work[1] (``terms.divergence_terms``) for a second,
-    vectorised pass.
+    D is summed first, on its terms laid out in work[0] and work[1] (``terms.divergence_terms``),
+    and the rest only where it is within the budget.
     """
     fpinf = f_tilde_prime_at_inf(kind, alpha)
+    # D first, as md.divergence sums D(q || p) (bit for bit), stopped where it exceeds eps.
+    value = divergence_of_terms(kind, alpha, work[0], work[1], *divergence_terms(q, p, work[0], work[1]), eps)
+    if not value <= eps:
+        state = np.zeros(STATE_SIZE, np.float64)
+        state[D] = value
+        return False, state, 0.0, 0.0
     base = base_c = capacity_low = capacity_low_c = capacity_high = capacity_high_c = q0 = 0.0
     a = b = 1.0
     for i in range(p.size):
@@ -449,8 +461,6 @@ def _drafter_state(p, q, eps, kind, alpha, slope_limit, work):
     base += base_c
     capacity_low += capacity_low_c
     capacity_high += capacity_high_c
-    # As md.divergence sums D(q || p), bit for bit.
-    value = divergence_of_terms(kind, alpha, work[0], work[1], *divergence_terms(q, p, work[0], work[1]))
     state = np.zeros(STATE_SIZE, np.float64)
     state[D] = value
     state[M] = min(capacity_low, capacity_high + q0)

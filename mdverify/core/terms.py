@@ -34,8 +34,9 @@ def _added(terms, count):
 
 
 @kernel
-def sum_weighted_f_tilde(kind, alpha, key, weight, s, start, end):
-    """The sum of weight[i] f~(s key[i]) over i in [start, end), for weight >= 0 and s key >= 0.
+def sum_weighted_f_tilde(kind, alpha, key, weight, s, start, end, limit):
+    """The sum of weight[i] f~(s key[i]) over i in [start, end), for weight >= 0 and s key >= 0;
+    or, once the sum of a first part exceeds ``limit`` (inf for none), that part's sum.
 
     Chunks of terms are computed by the generated loop without branches or calls, which the
     compiler vectorises, and added in an order it chooses (reassociated: the rounding of the
@@ -48,6 +49,8 @@ def sum_weighted_f_tilde(kind, alpha, key, weight, s, start, end):
         count = min(CHUNK, end - first)
         weighted_f_tilde_terms(kind, alpha, key, weight, s, first, count, terms)
         total += _added(terms, count)
+        if limit < total < np.inf:  # the terms are not negative: the whole sum exceeds it too
+            return total
     if total < np.inf:
         return total
     total = 0.0
@@ -81,15 +84,16 @@ def divergence_terms(r, p, ratios, weights):
 
 
 @kernel
-def divergence_of_terms(kind, alpha, ratios, weights, count, zero, spilled):
-    """D_f(r || p) from ``divergence_terms``. Every caller sums D this way, so equal rows give
-    equal sums, to the last bit."""
+def divergence_of_terms(kind, alpha, ratios, weights, count, zero, spilled, limit):
+    """D_f(r || p) from ``divergence_terms``, or a value over ``limit`` (inf for none) as soon as
+    D is seen to exceed it (``sum_weighted_f_tilde``). Every caller sums D this way, so equal
+    rows give equal sums, to the last bit."""
     value = spilled * f_tilde_prime_at_inf(kind, alpha) if spilled > 0.0 else 0.0
     if zero > 0.0:
         value += zero * f_tilde_at_zero(kind, alpha)
-    if value == np.inf:
+    if value == np.inf or value > limit:
         return value
-    return value + sum_weighted_f_tilde(kind, alpha, ratios, weights, 1.0, 0, count)
+    return value + sum_weighted_f_tilde(kind, alpha, ratios, weights, 1.0, 0, count, limit - value)
 
 
 @kernel
@@ -98,4 +102,4 @@ def divergence_row(r, p, kind, alpha):
     ratios = np.empty(p.size, np.float64)
     weights = np.empty(p.size, np.float64)
     count, zero, spilled = divergence_terms(r, p, ratios, weights)
-    return divergence_of_terms(kind, alpha, ratios, weights, count, zero, spilled)
+    return divergence_of_terms(kind, alpha, ratios, weights, count, zero, spilled, np.inf)
