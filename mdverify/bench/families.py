@@ -234,7 +234,8 @@ def markdown(result: dict, plot_name: str) -> str:
         lines += ["", f"The n = {result['n']} lines leave out the rows of "
                   + ", ".join(f"{family} (n = {n})" for family, n in small)
                   + f": their sort takes {sort_ms * 1e3:.0f} us (median), against "
-                  f"{result['overhead']['overhead_ms'] * 1e3:.0f} us for the Python part of one `md.mentor` call (below)."]
+                  f"{result['overhead']['overhead_ms'] * 1e3:.0f} us for the Python part of one `md.mentor` call "
+                  "(below)."]
     reference = [c for c in result["cases"] if c["family"].startswith("reference") and c["divergence"] == "kl"]
     if reference:
         lines += ["", "The reference row (kl), one line of the table rather than its headline: "

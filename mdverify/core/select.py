@@ -431,33 +431,35 @@ def _drafter_state(p, q, eps, kind, alpha, slope_limit, work):
 
     ``found`` also requires the sides' capacities to balance (up to DRAFTER_BALANCE): when q
     and p sum to different totals (float32 rows), the optimum stops short of r = q on one side.
-    D is summed first, on its terms laid out in work[0] and work[1] (``terms.divergence_terms``),
-    and the rest only where it is within the budget.
+    D is summed first, on its terms laid out in work[:3] (``terms.divergence_terms``), and the
+    rest only where it is within the budget, from those terms: on a truncated row, a pass over
+    the tokens that carry both p and q.
     """
     fpinf = f_tilde_prime_at_inf(kind, alpha)
     # D first, as md.divergence sums D(q || p) (bit for bit), stopped where it exceeds eps.
-    value = divergence_of_terms(kind, alpha, work[0], work[1], *divergence_terms(q, p, work[0], work[1]), eps)
+    count, zero, q0 = divergence_terms(q, p, work)
+    value = divergence_of_terms(kind, alpha, work, count, zero, q0, eps)
     if not value <= eps:
         state = np.zeros(STATE_SIZE, np.float64)
         state[D] = value
         return False, state, 0.0, 0.0
-    base = base_c = capacity_low = capacity_low_c = capacity_high = capacity_high_c = q0 = 0.0
-    a = b = 1.0
-    for i in range(p.size):
-        pi = np.float64(p[i])
-        qi = np.float64(q[i])
-        rho = qi / pi
-        finite = rho < np.inf  # p = 0 (or q / p overflows): drafter mass the fill moves
+    # The rest from D's terms: where q = 0 < p only the low capacity grows, by p (and a = 0);
+    # where the ratio is infinite only the drafter's mass there, q0 (p, if not 0, is below 1e-308).
+    ratios, ps, qs = work[0], work[1], work[2]
+    base = base_c = capacity_high = capacity_high_c = 0.0
+    capacity_low, capacity_low_c = zero, 0.0
+    a = 0.0 if zero > 0.0 else 1.0
+    b = 1.0
+    for j in range(count):
+        pj, qj = ps[j], qs[j]
         # Compensated: base + m is the acceptance, to be equal to the sorted walk's to the last
         # bits (and not over 1); and the capacities, which summed plainly over 131072 terms
         # drift past DRAFTER_BALANCE.
-        base, base_c = add_compensated(base, base_c, min(pi, qi))
-        capacity_low, capacity_low_c = add_compensated(capacity_low, capacity_low_c, pi - qi if qi < pi else 0.0)
-        capacity_high, capacity_high_c = add_compensated(capacity_high, capacity_high_c,
-                                                         qi - pi if (qi > pi) & finite else 0.0)
-        q0 += 0.0 if finite else qi
-        a = min(a, rho)
-        b = max(b, rho if finite else 1.0)
+        base, base_c = add_compensated(base, base_c, min(pj, qj))
+        capacity_low, capacity_low_c = add_compensated(capacity_low, capacity_low_c, pj - qj if qj < pj else 0.0)
+        capacity_high, capacity_high_c = add_compensated(capacity_high, capacity_high_c, qj - pj if qj > pj else 0.0)
+        a = min(a, ratios[j])
+        b = max(b, ratios[j])
     base += base_c
     capacity_low += capacity_low_c
     capacity_high += capacity_high_c

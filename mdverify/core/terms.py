@@ -10,6 +10,7 @@ the plain product, bit for bit.
 import numpy as np
 
 from mdverify.core._fgen import f_tilde, f_tilde_at_zero, f_tilde_prime_at_inf, f_tilde_star, weighted_f_tilde_terms
+from mdverify.core.index import add_compensated
 from mdverify.core.jit import kernel
 
 #: Terms computed at a time by the vectorised loop of ``sum_weighted_f_tilde``.
@@ -62,29 +63,31 @@ def sum_weighted_f_tilde(kind, alpha, key, weight, s, start, end, limit):
 
 
 @kernel
-def divergence_terms(r, p, ratios, weights):
+def divergence_terms(r, p, terms):
     """The terms of D_f(r || p), laid out for ``divergence_of_terms``: in row order, the ratios
-    r_i / p_i and weights p_i of the tokens whose term needs f~ (0 < r_i, the ratio finite) in
-    ``ratios`` and ``weights`` (float64, length >= n); returns (count, zero, spilled), their
-    number, the p-mass where r_i = 0 (each unit worth f~(0)) and the r-mass where the ratio
-    is infinite (p_i = 0, or r_i / p_i overflows; each unit worth f'(inf))."""
+    r_i / p_i, the p_i and the r_i of the tokens whose term needs f~ (0 < r_i, the ratio finite)
+    in terms[0], terms[1] and terms[2] (float64, shape (>= 3, >= n)); returns (count, zero,
+    spilled): their number, the p-mass where r_i = 0 (each unit worth f~(0)), a compensated
+    sum, and the r-mass where the ratio is infinite (p_i = 0, or r_i / p_i overflows; each unit
+    worth f'(inf))."""
     count = 0
-    zero = spilled = 0.0
+    zero = zero_c = spilled = 0.0
     for i in range(p.size):
         pi = np.float64(p[i])
         ri = np.float64(r[i])
         t = ri / pi
         finite = t < np.inf
-        ratios[count] = t
-        weights[count] = pi
+        terms[0, count] = t
+        terms[1, count] = pi
+        terms[2, count] = ri
         count += finite & (ri > 0.0)
-        zero += pi if ri == 0.0 else 0.0
+        zero, zero_c = add_compensated(zero, zero_c, pi if ri == 0.0 else 0.0)
         spilled += 0.0 if finite else ri
-    return count, zero, spilled
+    return count, zero + zero_c, spilled
 
 
 @kernel
-def divergence_of_terms(kind, alpha, ratios, weights, count, zero, spilled, limit):
+def divergence_of_terms(kind, alpha, terms, count, zero, spilled, limit):
     """D_f(r || p) from ``divergence_terms``, or a value over ``limit`` (inf for none) as soon as
     D is seen to exceed it (``sum_weighted_f_tilde``). Every caller sums D this way, so equal
     rows give equal sums, to the last bit."""
@@ -93,13 +96,12 @@ def divergence_of_terms(kind, alpha, ratios, weights, count, zero, spilled, limi
         value += zero * f_tilde_at_zero(kind, alpha)
     if value == np.inf or value > limit:
         return value
-    return value + sum_weighted_f_tilde(kind, alpha, ratios, weights, 1.0, 0, count, limit - value)
+    return value + sum_weighted_f_tilde(kind, alpha, terms[0], terms[1], 1.0, 0, count, limit - value)
 
 
 @kernel
 def divergence_row(r, p, kind, alpha):
     """D_f(r || p) with the normalised generator; p_i = 0 < r_i terms cost r_i f'(inf)."""
-    ratios = np.empty(p.size, np.float64)
-    weights = np.empty(p.size, np.float64)
-    count, zero, spilled = divergence_terms(r, p, ratios, weights)
-    return divergence_of_terms(kind, alpha, ratios, weights, count, zero, spilled, np.inf)
+    terms = np.empty((3, p.size), np.float64)
+    count, zero, spilled = divergence_terms(r, p, terms)
+    return divergence_of_terms(kind, alpha, terms, count, zero, spilled, np.inf)
