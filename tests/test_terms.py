@@ -23,7 +23,7 @@ def test_sum_of_terms_is_their_exact_sum(entry):
     weight = rng.dirichlet(np.ones(5000))
     for s, key in ((1.0, ratios), (-1.0, -ratios)):
         for start, end in ((0, 5000), (3, 1029), (17, 17)):
-            got = sum_weighted_f_tilde(entry.kind, entry.param, key, weight, s, start, end, np.inf)
+            got = sum_weighted_f_tilde(entry.kind, entry.param, key, weight, s, start, end, 0.0, np.inf)
             want = _reference(entry.kind, entry.param, key[start:end], weight[start:end], s)
             assert got == pytest.approx(want, rel=1e-14, abs=1e-300), (entry.name, s, start, end)
 
@@ -33,9 +33,9 @@ def test_a_sum_stops_once_it_exceeds_its_limit(entry):
     add to it): then over the limit, and never over the whole sum; the whole sum otherwise."""
     rng = np.random.default_rng(5)
     key, weight = np.exp(rng.normal(0.0, 2.0, 20000)), rng.dirichlet(np.ones(20000))
-    whole = sum_weighted_f_tilde(entry.kind, entry.param, key, weight, 1.0, 0, key.size, np.inf)
+    whole = sum_weighted_f_tilde(entry.kind, entry.param, key, weight, 1.0, 0, key.size, 0.0, np.inf)
     for limit in (0.0, whole / 3, whole * (1 - 1e-9), whole, 2 * whole):
-        got = sum_weighted_f_tilde(entry.kind, entry.param, key, weight, 1.0, 0, key.size, limit)
+        got = sum_weighted_f_tilde(entry.kind, entry.param, key, weight, 1.0, 0, key.size, 0.0, limit)
         assert got == whole if limit >= whole else limit < got <= whole, (entry.name, limit)
 
 
@@ -46,10 +46,10 @@ def test_terms_whose_f_overflows_are_summed_term_by_term():
     kl, reverse_kl = md.divergence("kl"), md.divergence("reverse_kl")
     key = np.array([0.5, 1e306 / 2, 2.0])
     weight = np.array([0.2, 1e-306, 0.3])
-    got = sum_weighted_f_tilde(kl.kind, kl.param, key, weight, 1.0, 0, 3, np.inf)
+    got = sum_weighted_f_tilde(kl.kind, kl.param, key, weight, 1.0, 0, 3, 0.0, np.inf)
     assert np.isfinite(got) and got == pytest.approx(_reference(kl.kind, kl.param, key, weight, 1.0), rel=1e-14)
     key[0] = 0.0
-    assert sum_weighted_f_tilde(reverse_kl.kind, reverse_kl.param, key, weight, 1.0, 0, 3, np.inf) == np.inf
+    assert sum_weighted_f_tilde(reverse_kl.kind, reverse_kl.param, key, weight, 1.0, 0, 3, 0.0, np.inf) == np.inf
 
 
 def test_divergence_row_counts_every_kind_of_token(entry):

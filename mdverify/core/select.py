@@ -193,7 +193,7 @@ def _locate(key, p, position, sums, s, m, scratch):
 
 @kernel
 def _released_sum(key, p, start, end, s, kind, alpha):
-    return sum_weighted_f_tilde(kind, alpha, key, p, s, start, end, np.inf)
+    return sum_weighted_f_tilde(kind, alpha, key, p, s, start, end, 0.0, np.inf)
 
 
 @kernel

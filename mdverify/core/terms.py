@@ -35,9 +35,10 @@ def _added(terms, count):
 
 
 @kernel
-def sum_weighted_f_tilde(kind, alpha, key, weight, s, start, end, limit):
-    """The sum of weight[i] f~(s key[i]) over i in [start, end), for weight >= 0 and s key >= 0;
-    or, once the sum of a first part exceeds ``limit`` (inf for none), that part's sum.
+def sum_weighted_f_tilde(kind, alpha, key, weight, s, start, end, initial, limit):
+    """``initial`` plus the sum of weight[i] f~(s key[i]) over i in [start, end), for weight >= 0
+    and s key >= 0; or, once that with only a first part of the terms exceeds ``limit`` (inf
+    for none), that: the terms are not negative, so the whole sum exceeds it too.
 
     Chunks of terms are computed by the generated loop without branches or calls, which the
     compiler vectorises, and added in an order it chooses (reassociated: the rounding of the
@@ -45,16 +46,16 @@ def sum_weighted_f_tilde(kind, alpha, key, weight, s, start, end, limit):
     up to the first infinite term.
     """
     terms = np.empty(CHUNK, np.float64)
-    total = 0.0
+    total = initial
     for first in range(start, end, CHUNK):
         count = min(CHUNK, end - first)
         weighted_f_tilde_terms(kind, alpha, key, weight, s, first, count, terms)
         total += _added(terms, count)
-        if limit < total < np.inf:  # the terms are not negative: the whole sum exceeds it too
+        if limit < total < np.inf:
             return total
     if total < np.inf:
         return total
-    total = 0.0
+    total = initial
     for i in range(start, end):
         total += weighted_f_tilde(kind, alpha, np.float64(weight[i]), s * key[i])
         if total == np.inf:  # a term is inf (f~(0) = inf), not only its f~: so is the sum
@@ -96,7 +97,7 @@ def divergence_of_terms(kind, alpha, terms, count, zero, spilled, limit):
         value += zero * f_tilde_at_zero(kind, alpha)
     if value == np.inf or value > limit:
         return value
-    return value + sum_weighted_f_tilde(kind, alpha, terms[0], terms[1], 1.0, 0, count, limit - value)
+    return sum_weighted_f_tilde(kind, alpha, terms[0], terms[1], 1.0, 0, count, value, limit)
 
 
 @kernel
