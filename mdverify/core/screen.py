@@ -11,8 +11,8 @@ token and otherwise only sums, so the compiler vectorises it (the sums are reass
 which changes their rounding and nothing else). The gather pass then copies the undecided
 tokens, the only ones the search needs one by one, into the split layout of
 ``index.split_sides``, and the released ones after them, for the search to sum p f~(rho)
-over them only if and when its decisions need that sum; it skips eight unflagged tokens at
-a time.
+over them only if and when its decisions need that sum; where few tokens are flagged, it
+visits only those, skipping eight unflagged tokens at a time.
 
 The bounds are an estimate, so the solve on the screened row must confirm its answer: the
 search sums every group exactly, so its last segment is a true segment of the row's
