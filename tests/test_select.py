@@ -135,7 +135,7 @@ def test_r_equals_q_is_recognised_on_long_rows():
     p, q = FAMILIES["unrelated drafter"](131072, np.random.default_rng(1000 + families.index("unrelated drafter")))
     for name in ("jensen_shannon", "hellinger", "tv"):
         entry = md.divergence(name)
-        found, state, q0, base = select._drafter_state(p, q, np.inf, entry.kind, entry.param, np.inf,
+        found, _, state, q0, base = select._drafter_state(p, q, np.inf, entry.kind, entry.param, np.inf,
                                                         np.empty((4, p.size)))
         assert found, name
         assert base + state[select.M] == pytest.approx(1.0, abs=1e-15)

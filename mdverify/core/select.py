@@ -291,9 +291,8 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit):
         levels, reaches_drafter, in_range = _sample_bounds(p, q, eps, kind, alpha, work, slope_limit)
         found = misjudged = False
         if reaches_drafter:  # most often r = q, every token released
-            found, state, q0, base = _drafter_state(p, q, eps, kind, alpha, slope_limit, work)
+            found, misjudged, state, q0, base = _drafter_state(p, q, eps, kind, alpha, slope_limit, work)
             binding = False
-            misjudged = state[D] > eps
         # Else the budget binds, or the row's end m_max falls short of r = q (drafter mass where
         # p = 0, float32 sums), or the sample misjudged: the screen's bounds hold the thresholds.
         if not found and in_range:
@@ -424,32 +423,40 @@ def _sample_bounds(p, q, eps, kind, alpha, work, slope_limit):
 
 @kernel
 def _drafter_state(p, q, eps, kind, alpha, slope_limit, work):
-    """(found, state, q0, base) for r = q, which accepts every drafted token and so is optimal
-    when D_f(q || p) <= eps and the frontier's last slope is at most ``slope_limit`` (a price
-    buys all of it), and the walk's final state for it (every token released, a and b at the
-    extreme ratios, the budget not binding).
+    """(found, beyond, state, q0, base) for r = q, which accepts every drafted token and so is
+    optimal when D_f(q || p) <= eps and the frontier's last slope is at most ``slope_limit`` (a
+    price buys all of it); ``beyond`` when it is not (r = q lies past the budget or the price);
+    and the walk's final state for it (every token released, a and b at the extreme ratios,
+    the budget not binding).
 
     ``found`` also requires the sides' capacities to balance (up to DRAFTER_BALANCE): when q
     and p sum to different totals (float32 rows), the optimum stops short of r = q on one side.
-    D is summed first, on its terms laid out in work[:3] (``terms.divergence_terms``), and the
-    rest only where it is within the budget, from those terms: on a truncated row, a pass over
-    the tokens that carry both p and q.
+    D's terms are laid out in work[:3] (``terms.divergence_terms``); the last slope, from the
+    extreme ratios, is tested first, then D, stopped where it exceeds eps, and the rest only
+    where both pass, from those terms: on a truncated row, a pass over the tokens that carry
+    both p and q.
     """
     fpinf = f_tilde_prime_at_inf(kind, alpha)
-    # D first, as md.divergence sums D(q || p) (bit for bit), stopped where it exceeds eps.
     count, zero, q0 = divergence_terms(q, p, work)
-    value = divergence_of_terms(kind, alpha, work, count, zero, q0, eps)
-    if not value <= eps:
-        state = np.zeros(STATE_SIZE, np.float64)
-        state[D] = value
-        return False, state, 0.0, 0.0
-    # The rest from D's terms: where q = 0 < p only the low capacity grows, by p (and a = 0);
-    # where the ratio is infinite only the drafter's mass there, q0 (p, if not 0, is below 1e-308).
     ratios, ps, qs = work[0], work[1], work[2]
-    base = base_c = capacity_high = capacity_high_c = 0.0
-    capacity_low, capacity_low_c = zero, 0.0
+    # Where q = 0 < p the ratio is 0; where it is infinite, the drafter's mass there is q0.
     a = 0.0 if zero > 0.0 else 1.0
     b = 1.0
+    for j in range(count):
+        a = min(a, ratios[j])
+        b = max(b, ratios[j])
+    last_slope = (fpinf if q0 > 0.0 else f_tilde_prime(kind, alpha, b)) - f_tilde_prime(kind, alpha, a)
+    state = np.zeros(STATE_SIZE, np.float64)
+    # D as md.divergence sums D(q || p) (bit for bit), stopped where it exceeds eps. An infinite
+    # D means mass on p = 0 tokens, where the walk never moves it (f'(inf) = inf).
+    value = divergence_of_terms(kind, alpha, work, count, zero, q0, eps) if last_slope <= slope_limit else np.inf
+    state[D] = value
+    if not (value <= eps and value < np.inf):
+        return False, True, state, 0.0, 0.0
+    # The rest: where q = 0 < p only the low capacity grows, by p; where the ratio is infinite
+    # only the drafter's mass there, q0 (p, if not 0, is below 1e-308).
+    base = base_c = capacity_high = capacity_high_c = 0.0
+    capacity_low, capacity_low_c = zero, 0.0
     for j in range(count):
         pj, qj = ps[j], qs[j]
         # Compensated: base + m is the acceptance, to be equal to the sorted walk's to the last
@@ -458,21 +465,15 @@ def _drafter_state(p, q, eps, kind, alpha, slope_limit, work):
         base, base_c = add_compensated(base, base_c, min(pj, qj))
         capacity_low, capacity_low_c = add_compensated(capacity_low, capacity_low_c, pj - qj if qj < pj else 0.0)
         capacity_high, capacity_high_c = add_compensated(capacity_high, capacity_high_c, qj - pj if qj > pj else 0.0)
-        a = min(a, ratios[j])
-        b = max(b, ratios[j])
     base += base_c
     capacity_low += capacity_low_c
     capacity_high += capacity_high_c
-    state = np.zeros(STATE_SIZE, np.float64)
-    state[D] = value
     state[M] = min(capacity_low, capacity_high + q0)
     state[A] = a
     state[B] = b
     state[FILL] = q0
     balanced = abs(capacity_low - capacity_high - q0) <= DRAFTER_BALANCE
-    last_slope = (fpinf if q0 > 0.0 else f_tilde_prime(kind, alpha, b)) - f_tilde_prime(kind, alpha, a)
-    # An infinite D means mass on p = 0 tokens, where the walk never moves it (f'(inf) = inf).
-    return value <= eps and value < np.inf and last_slope <= slope_limit and balanced, state, q0, base
+    return balanced, False, state, q0, base
 
 
 @kernel
