@@ -192,11 +192,6 @@ def _locate(key, p, position, sums, s, m, scratch):
 
 
 @kernel
-def _released_sum(key, p, start, end, s, kind, alpha):
-    return sum_weighted_f_tilde(kind, alpha, key, p, s, start, end, 0.0, np.inf)
-
-
-@kernel
 def _cost_bounds(kind, alpha, s, t, p_clip, f_exact, p_unsummed, moved_unsummed):
     """(lower, upper) bounds on one side's D at threshold key t (see the module docstring)."""
     ratio = s * t
@@ -246,8 +241,8 @@ def _side_cost(key, p, position, sums, s, t, split, p_clip_extra, p_rel_extra, m
         lower, upper = _cost_bounds(kind, alpha, s, t, sums[P_CLIP] + p_clip_extra, sums[F_EXACT],
                                     sums[P_UNC] + p_rel_extra, sums[M_UNC] + moved_rel_extra)
         return lower, upper, 0.0, 0.0
-    f_released = _released_sum(key, p, split, position[HI], s, kind, alpha)
-    f_unsummed = _released_sum(key, p, position[HI], position[END], s, kind, alpha)
+    f_released = sum_weighted_f_tilde(kind, alpha, key, p, s, split, position[HI], 0.0, np.inf)
+    f_unsummed = sum_weighted_f_tilde(kind, alpha, key, p, s, position[HI], position[END], 0.0, np.inf)
     value = sums[F_EXACT] + f_released + f_unsummed
     p_clip = sums[P_CLIP] + p_clip_extra
     if p_clip > 0.0:
@@ -500,25 +495,38 @@ def _reach(keys, tokens, t, floor, ceiling, reach):
 
 
 @kernel
-def _held_back(low_sums, high_sums, m_end, m_low_end, m_high_end, tolerance, fill_open, eps, kind, alpha,
-               slope_limit):
+def _ratio_at(sums, s, m, tolerance):
+    """One side's threshold ratio at moved mass m in the last segment, where its clipped group
+    (p-mass P_CLIP) moves between keys REL_MIN and CLIP_MAX: exactly those from the group's
+    start and end on (the end within ``tolerance``: moved masses summed in different orders)."""
+    p_clip = sums[P_CLIP]
+    key = sums[REL_MIN]
+    if p_clip > 0.0:
+        if m >= sums[M_REL] + (s - sums[CLIP_MAX]) * p_clip - tolerance:
+            key = sums[CLIP_MAX]
+        elif m > sums[M_REL] + (s - sums[REL_MIN]) * p_clip:
+            key = min(max(s - (m - sums[M_REL]) / p_clip, sums[CLIP_MAX]), sums[REL_MIN])
+    return s * key
+
+
+@kernel
+def _thresholds_at(low_sums, high_sums, m, tolerance, fill_open):
+    """(a, b, fill) at moved mass m in the last segment (see ``_ratio_at``); ``fill`` the mass
+    moved onto tokens with p = 0 where the high side has no clipped group and they can take it."""
+    fill = 0.0
+    if high_sums[P_CLIP] <= 0.0 and fill_open:
+        fill = max(m - high_sums[M_REL], 0.0)
+    return _ratio_at(low_sums, 1.0, m, tolerance), _ratio_at(high_sums, -1.0, m, tolerance), fill
+
+
+@kernel
+def _held_back(low_sums, high_sums, m_end, tolerance, fill_open, eps, kind, alpha, slope_limit):
     """(held, state): whether the settled groups hold the walk back at the end m_end < m_max of
     the last segment, within the budget (or the price) there, as decided from bounds alone
     (the chord bounds of the search) so that the released tokens need not be summed; and
     then the state at m_end, its D an upper bound. Such a state is not the optimum (a search
     with nothing settled beforehand never ends there): only the thresholds matter."""
-    p_low, p_high = low_sums[P_CLIP], high_sums[P_CLIP]
-    a = low_sums[REL_MIN]
-    if p_low > 0.0:
-        a = low_sums[CLIP_MAX] if m_end >= m_low_end - tolerance else 1.0 - (m_end - low_sums[M_REL]) / p_low
-        a = min(max(a, max(low_sums[CLIP_MAX], 0.0)), low_sums[REL_MIN])
-    b = -high_sums[REL_MIN]
-    fill = 0.0
-    if p_high > 0.0:
-        b = -high_sums[CLIP_MAX] if m_end >= m_high_end - tolerance else 1.0 + (m_end - high_sums[M_REL]) / p_high
-        b = max(min(b, -high_sums[CLIP_MAX]), -high_sums[REL_MIN])
-    elif fill_open:
-        fill = max(m_end - high_sums[M_REL], 0.0)
+    a, b, fill = _thresholds_at(low_sums, high_sums, m_end, tolerance, fill_open)
     fpinf = f_tilde_prime_at_inf(kind, alpha)
     upper = fill * fpinf if fill > 0.0 else 0.0
     for side_sums, s, t in ((low_sums, 1.0, a), (high_sums, -1.0, -b)):
@@ -528,8 +536,8 @@ def _held_back(low_sums, high_sums, m_end, m_low_end, m_high_end, tolerance, fil
     held = ((eps == np.inf or upper < eps * (1.0 - _MARGIN))
             and (slope_limit == np.inf or slope < slope_limit * (1.0 - _MARGIN)))
     state = np.zeros(STATE_SIZE, np.float64)
-    state[K_LOW] = 1.0 if p_low > 0.0 else 0.0
-    state[K_HIGH] = 1.0 if p_high > 0.0 else 0.0
+    state[K_LOW] = 1.0 if low_sums[P_CLIP] > 0.0 else 0.0
+    state[K_HIGH] = 1.0 if high_sums[P_CLIP] > 0.0 else 0.0
     state[D] = upper
     state[M] = m_end
     state[A] = a
@@ -658,24 +666,15 @@ def _search(work, split, unsummed, low_sums, high_sums, eps, kind, alpha, slope_
     if m_end < m_start:
         m_end = m_start
     if not stopped and m_end < m_max - tolerance:
-        held, state = _held_back(low_sums, high_sums, m_end, m_low_end, m_high_end, tolerance, fill_open, eps,
-                                 kind, alpha, slope_limit)
+        held, state = _held_back(low_sums, high_sums, m_end, tolerance, fill_open, eps, kind, alpha, slope_limit)
         if held:
             return state, True, q0, base, True
     # Sum the remaining released tokens and solve the segment.
     for side in range(2):
         position, side_sums = positions[side], sums[side]
-        side_sums[F_EXACT] += _released_sum(keys[side], ps[side], position[HI], position[END], signs[side], kind, alpha)
-    a0 = a_top
-    if m_start > m_low_start and p_low > 0.0:
-        a0 = min(max(1.0 - (m_start - low_sums[M_REL]) / p_low, a_min), a_top)
-    b0 = b_bottom
-    fill0 = 0.0
-    if p_high > 0.0:
-        if m_start > m_high_start:
-            b0 = max(min(1.0 + (m_start - high_sums[M_REL]) / p_high, b_max), b_bottom)
-    elif fill_open:
-        fill0 = max(m_start - high_sums[M_REL], 0.0)
+        side_sums[F_EXACT] += sum_weighted_f_tilde(kind, alpha, keys[side], ps[side], signs[side], position[HI],
+                                                   position[END], 0.0, np.inf)
+    a0, b0, fill0 = _thresholds_at(low_sums, high_sums, m_start, tolerance, fill_open)
     f_low = low_sums[F_EXACT]
     f_high = high_sums[F_EXACT]
     d0 = f_low + f_high
