@@ -146,9 +146,11 @@ def allocate(P, Q, total: float, divergence: str | Divergence = "kl", weights=No
     its slopes (``_other_end``). Between them each row is reduced to the tokens whose clip
     can still change (``core.reduce``), and every price the search tries is solved on those,
     reduced again as the bracket narrows; a bracket that misses the price moves past its end
-    (``_allocate_between``). One eps solve of the original rows checks the result; where it
-    disagrees (rows spanning hundreds of decades), the search is redone on every row's whole
-    frontier (``_allocate_by_frontiers``). tv is solved in closed form (``_allocate_straight``).
+    (``_allocate_between``). A row's result is the original row's where its thresholds lie within
+    the bounds of the reduction it was found on (the merged tokens are then clipped, or released,
+    as merged); the other rows are checked by an eps solve of the original rows, and where that
+    disagrees, the search is redone on every row's whole frontier (``_allocate_by_frontiers``).
+    tv is solved in closed form (``_allocate_straight``).
 
     Parameters
     ----------
@@ -184,10 +186,13 @@ def allocate(P, Q, total: float, divergence: str | Divergence = "kl", weights=No
     second = _solved(p, q, entry, eps=_other_end(first, even, w, guess))
     more = (second[:, EPS] > first[:, EPS])[:, None]
     more, less = np.where(more, second, first), np.where(more, first, second)
-    found = _allocate_between(p, q, w, total, entry, more, less, guess)
-    # Checked on the original rows: where thresholds are not determined to the last bit (rows
-    # spanning hundreds of decades), a reduced row can stray from its original.
-    check = _solved(p, q, entry, eps=found.eps)[:, ACCEPTANCE]
+    found, vouched = _allocate_between(p, q, w, total, entry, more, less, guess)
+    if vouched.all():
+        return found
+    # The other rows checked on the original rows: a result that no reduction vouches for (a
+    # jump shared, a threshold past its bounds) may stray from its original.
+    check = found.acceptance.copy()
+    check[~vouched] = _solved(p[~vouched], q[~vouched], entry, eps=found.eps[~vouched])[:, ACCEPTANCE]
     if np.allclose(check, found.acceptance, rtol=1e-9, atol=1e-12):
         return _allocation(found.eps, check, found.price)
     return _allocate_by_frontiers(p, q, w, total, entry)
@@ -265,9 +270,9 @@ def _other_end(first, even: float, w: np.ndarray, guess: float) -> np.ndarray:
     return np.where((lam > 0) & (estimate > even), estimate * BRACKET_SPREAD, estimate / BRACKET_SPREAD)
 
 
-def _allocate_between(p, q, w, total, entry: Divergence, more, less, guess: float) -> Allocation:
+def _allocate_between(p, q, w, total, entry: Divergence, more, less, guess: float) -> tuple[Allocation, np.ndarray]:
     """The allocation from rows reduced between two solutions of them (fields), at more and at
-    less budget.
+    less budget, and the rows whose result a reduction vouches for (``_search_within``).
 
     The search runs over a bracket of prices [lo, hi]: initially the prices at which every row's
     budget lies between its two solutions (widened to hold ``guess`` where those do not meet);
@@ -279,8 +284,9 @@ def _allocate_between(p, q, w, total, entry: Divergence, more, less, guess: floa
     # more holds for prices from more_from up, less for prices up to less_to (a row at its limit
     # at less budget may leave it at a price above its final slope, which is not known)
     more_from, less_to = more[:, LAM] / w, less[:, LAM] / w
+    none = np.zeros(len(w), bool)
     if not more_from.any() and w @ more[:, EPS] <= total:  # every row at its limit within the total
-        return _allocation(more[:, EPS], more[:, ACCEPTANCE], 0.0)
+        return _allocation(more[:, EPS], more[:, ACCEPTANCE], 0.0), none
     low, high = float(np.max(more_from)), float(np.min(less_to))
     lo, hi = np.clip((low, high) if 0 < low <= high else (min(high, guess), max(low, guess)), *PRICES)
     rows, n = p.shape
@@ -293,14 +299,14 @@ def _allocate_between(p, q, w, total, entry: Divergence, more, less, guess: floa
         at_lo = reduced.at_price(lo * w)
         if w @ at_lo[:, EPS] <= total:  # the price lies below lo
             if lo == PRICES[0] or not (at_lo[:, LAM] > 0).any():  # at the floor, or every row at its limit
-                return _allocation(at_lo[:, EPS], at_lo[:, ACCEPTANCE], float(lo) if at_lo[:, LAM].any() else 0.0)
+                return _allocation(at_lo[:, EPS], at_lo[:, ACCEPTANCE], float(lo) if at_lo[:, LAM].any() else 0.0), none
             less, less_to, lo, hi = at_lo, np.full(rows, lo), max(lo / spread, PRICES[0]), lo
         else:
             at_hi = reduced.at_price(hi * w)
             if w @ at_hi[:, EPS] <= total:
                 return _search_within(reduced, lo, hi, at_lo, at_hi, w, total)
             if hi == PRICES[1]:  # the total buys nothing even there
-                return _allocation(np.zeros(rows), at_hi[:, ACCEPTANCE] - at_hi[:, MOVED], np.inf)
+                return _allocation(np.zeros(rows), at_hi[:, ACCEPTANCE] - at_hi[:, MOVED], np.inf), none
             # the price lies above hi
             more, more_from, lo, hi = at_hi, np.full(rows, hi), hi, min(hi * spread, PRICES[1])
         spread *= spread
@@ -327,10 +333,13 @@ def _solved_at(p, q, w, entry: Divergence, fields, holds_at, rows, price: float)
     return fields, holds_at
 
 
-def _search_within(reduced, lo, hi, at_lo, at_hi, w, total) -> Allocation:
+def _search_within(reduced, lo, hi, at_lo, at_hi, w, total) -> tuple[Allocation, np.ndarray]:
     """The allocation at the price within [lo, hi] (spent(lo) > total >= spent(hi)), searched on
-    rows reduced for that bracket and reduced again as it narrows."""
+    rows reduced for that bracket and reduced again as it narrows; and the rows whose result is
+    the original row's for certain: the thresholds found within the bounds of the rows they were
+    found on, and no jump shared."""
     points = {lo: at_lo, hi: at_hi}  # price -> fields of every row (divergence_value that of the original row)
+    bounds = {lo: reduced.bounds, hi: reduced.bounds}  # price -> the bounds of the rows it was solved on
     narrowed_at = np.log(hi / lo)  # the bracket's log width when the rows were last reduced
 
     def spent(nu: float, lo: float, hi: float) -> float:
@@ -339,14 +348,16 @@ def _search_within(reduced, lo, hi, at_lo, at_hi, w, total) -> Allocation:
             if np.log(hi / lo) < narrowed_at / NARROWING:
                 reduced = reduced.narrowed(points[lo], points[hi])
                 narrowed_at = np.log(hi / lo)
-            points[nu] = reduced.at_price(nu * w)
+            points[nu], bounds[nu] = reduced.at_price(nu * w), reduced.bounds
         return float(w @ points[nu][:, EPS])
 
     lo, hi = _search_price(lo, hi, spent, total)
     share = _shares(points[lo][:, EPS], points[hi][:, EPS], w, total)
     eps = points[hi][:, EPS] + share * (points[lo][:, EPS] - points[hi][:, EPS])
     acceptance = points[hi][:, ACCEPTANCE] + share * (points[lo][:, ACCEPTANCE] - points[hi][:, ACCEPTANCE])
-    return _allocation(eps, acceptance, float(hi))
+    a, b, (a_more, a_less, b_less, b_more) = points[hi][:, A], points[hi][:, B], bounds[hi].T
+    vouched = (share == 0) & (a_more <= a) & (a <= a_less) & (b_less <= b) & (b <= b_more)
+    return _allocation(eps, acceptance, float(hi)), vouched
 
 
 def _shares(eps_lo, eps_hi, w, total: float) -> np.ndarray:
@@ -426,7 +437,7 @@ def _log(spent: float) -> float:
 
 class _ReducedRows:
     """Rows stored end to end (row i is P[starts[i]:][:sizes[i]], likewise Q), reduced to the
-    tokens ``bounds`` (a_more, a_less, b_less, b_more per row) leave undecided; ``less`` is the
+    tokens ``bounds`` (a_more, a_less, b_less, b_more per row, kept) leave undecided; ``less`` is the
     solution at the end of lesser budget (fields as ``core.mentor.FIELDS``, divergence_value
     that of the original rows; ``core.reduce``). ``gaps`` are what the reduced rows' D lacks of
     the original rows' D; ``extremes`` the original rows' least and greatest ratios (found here
@@ -434,7 +445,7 @@ class _ReducedRows:
     """
 
     def __init__(self, P, Q, starts, sizes, bounds, less, entry: Divergence, extremes=None):
-        rows = starts.size
+        rows, self.bounds = starts.size, bounds
         counts, found = np.empty(rows, np.int64), np.empty((rows, 2))
         count_undecided(P, Q, starts, sizes, bounds, counts, found)
         self.extremes = found if extremes is None else extremes

@@ -451,33 +451,37 @@ def weighted_f_tilde_terms(kind, a, key, weight, s, start, count, out):
     Without a branch or a call, so vectorised; a term is inf where f~ overflows although
     weight f~ does not (``core.terms.weighted_f_tilde`` is finite there).
     """
+    # Sliced first: indexed by start + j, each load would carry numba's wrap-around of a
+    # negative index, which keeps the loop from vectorising.
+    key = key[start:start + count]
+    weight = weight[start:start + count]
     if kind == 0:  # tv
         for j in range(count):
-            out[j] = weight[start + j] * f_tilde_kind0(a, s * key[start + j])
+            out[j] = weight[j] * f_tilde_kind0(a, s * key[j])
     if kind == 1:  # kl
         for j in range(count):
-            out[j] = weight[start + j] * f_tilde_kind1(a, s * key[start + j])
+            out[j] = weight[j] * f_tilde_kind1(a, s * key[j])
     if kind == 2:  # reverse_kl
         for j in range(count):
-            out[j] = weight[start + j] * f_tilde_kind2(a, s * key[start + j])
+            out[j] = weight[j] * f_tilde_kind2(a, s * key[j])
     if kind == 3:  # pearson
         for j in range(count):
-            out[j] = weight[start + j] * f_tilde_kind3(a, s * key[start + j])
+            out[j] = weight[j] * f_tilde_kind3(a, s * key[j])
     if kind == 4:  # neyman
         for j in range(count):
-            out[j] = weight[start + j] * f_tilde_kind4(a, s * key[start + j])
+            out[j] = weight[j] * f_tilde_kind4(a, s * key[j])
     if kind == 5:  # hellinger
         for j in range(count):
-            out[j] = weight[start + j] * f_tilde_kind5(a, s * key[start + j])
+            out[j] = weight[j] * f_tilde_kind5(a, s * key[j])
     if kind == 6:  # jensen_shannon
         for j in range(count):
-            out[j] = weight[start + j] * f_tilde_kind6(a, s * key[start + j])
+            out[j] = weight[j] * f_tilde_kind6(a, s * key[j])
     if kind == 7:  # triangular
         for j in range(count):
-            out[j] = weight[start + j] * f_tilde_kind7(a, s * key[start + j])
+            out[j] = weight[j] * f_tilde_kind7(a, s * key[j])
     if kind == 8:  # jeffreys
         for j in range(count):
-            out[j] = weight[start + j] * f_tilde_kind8(a, s * key[start + j])
+            out[j] = weight[j] * f_tilde_kind8(a, s * key[j])
     if kind == 9:  # alpha
         for j in range(count):
-            out[j] = weight[start + j] * f_tilde_kind9(a, s * key[start + j])
+            out[j] = weight[j] * f_tilde_kind9(a, s * key[j])

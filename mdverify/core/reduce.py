@@ -23,10 +23,11 @@ from numba import prange
 
 from mdverify.core.jit import kernel
 from mdverify.core.mentor import construct, price_row_select
-from mdverify.core.terms import divergence_row
+from mdverify.core.terms import CHUNK, divergence_row
 
 #: Merged tokens a reduced row may add to its undecided ones.
 MERGED = 6
+ONE_BITS = np.float64(1.0).view(np.int64)
 
 
 @kernel
@@ -61,17 +62,62 @@ def count_undecided(P, Q, starts, sizes, bounds, out, extremes):
     """
     for i in prange(starts.size):
         a_more, a_less, b_less, b_more = bounds[i, 0], bounds[i, 1], bounds[i, 2], bounds[i, 3]
-        s, n = starts[i], sizes[i]
+        p, q = P[starts[i]:starts[i] + sizes[i]], Q[starts[i]:starts[i] + sizes[i]]  # indexed from 0: vectorised
         count = 0
-        lowest, highest = 1.0, 1.0
-        for j in range(s, s + n):
-            pj, qj = np.float64(P[j]), np.float64(Q[j])
-            rho = qj / pj
+        # The extremes compared as bits, which order ratios >= 0 as their values: vectorised.
+        lowest = highest = ONE_BITS
+        for j in range(p.size):
+            pj, qj = np.float64(p[j]), np.float64(q[j])
+            bits = np.float64(qj / pj).view(np.int64)
             count += (pj > 0.0) & _undecided(pj, qj, a_more, a_less, b_less, b_more)
-            lowest = min(lowest, rho if qj < pj else 1.0)
-            highest = max(highest, rho if (qj > pj) & (pj > 0.0) else 1.0)
+            lowest = min(lowest, bits if qj < pj else ONE_BITS)
+            highest = max(highest, bits if (qj > pj) & (pj > 0.0) else ONE_BITS)
         out[i] = count
-        extremes[i, 0], extremes[i, 1] = lowest, highest
+        extremes[i, 0], extremes[i, 1] = np.int64(lowest).view(np.float64), np.int64(highest).view(np.float64)
+
+
+@kernel(reassociate=True)
+def _classify(p, q, a_more, a_less, b_less, b_more, undecided, merged_p, merged_q):
+    """undecided[j] = whether token j of (p, q) is undecided (``_undecided``, p > 0); the masses
+    of the others added to merged_p[g] and merged_q[g] by group g: clipped low, released low,
+    neutral, released high, clipped high, p = 0. Branch-free, the masses added in an order the
+    compiler chooses: vectorised."""
+    p0 = p1 = p2 = p3 = p4 = q0 = q1 = q2 = q3 = q4 = q5 = 0.0
+    for j in range(p.size):
+        pj, qj = np.float64(p[j]), np.float64(q[j])
+        rho = qj / pj
+        kept = (pj > 0.0) & _undecided(pj, qj, a_more, a_less, b_less, b_more)
+        undecided[j] = kept
+        live = (pj > 0.0) & ~kept
+        low = live & (qj < pj)
+        high = live & (qj > pj)
+        clipped_low = low & (rho < a_more)
+        released_low = low & ~(rho < a_more)
+        neutral = live & (qj == pj)
+        released_high = high & ~(rho > b_more)
+        clipped_high = high & (rho > b_more)
+        p0 += pj if clipped_low else 0.0
+        q0 += qj if clipped_low else 0.0
+        p1 += pj if released_low else 0.0
+        q1 += qj if released_low else 0.0
+        p2 += pj if neutral else 0.0
+        q2 += qj if neutral else 0.0
+        p3 += pj if released_high else 0.0
+        q3 += qj if released_high else 0.0
+        p4 += pj if clipped_high else 0.0
+        q4 += qj if clipped_high else 0.0
+        q5 += qj if pj == 0.0 else 0.0
+    merged_p[0] += p0
+    merged_p[1] += p1
+    merged_p[2] += p2
+    merged_p[3] += p3
+    merged_p[4] += p4
+    merged_q[0] += q0
+    merged_q[1] += q1
+    merged_q[2] += q2
+    merged_q[3] += q3
+    merged_q[4] += q4
+    merged_q[5] += q5
 
 
 @kernel(parallel=True)
@@ -79,38 +125,31 @@ def reduce_rows(P, Q, starts, sizes, bounds, out_starts, P_out, Q_out, out_sizes
     """Write row i's reduced row into P_out and Q_out from out_starts[i], out_sizes[i] tokens,
     and its ``_extremes`` into out_extremes[i].
 
-    Row i needs ``count_undecided`` + MERGED places from out_starts[i].
+    Row i needs ``count_undecided`` + MERGED places from out_starts[i]. Each chunk of CHUNK
+    tokens is classified by a vectorised loop, then its few undecided tokens copied.
     """
     for i in prange(starts.size):
         a_more, a_less, b_less, b_more = bounds[i, 0], bounds[i, 1], bounds[i, 2], bounds[i, 3]
-        # masses of: clipped low, released low, neutral, released high, clipped high, p = 0
-        merged_p = np.zeros(MERGED)
-        merged_q = np.zeros(MERGED)
-        at = out_starts[i]
-        for j in range(starts[i], starts[i] + sizes[i]):
-            pj, qj = np.float64(P[j]), np.float64(Q[j])
-            if pj > 0.0 and _undecided(pj, qj, a_more, a_less, b_less, b_more):
-                P_out[at] = pj
-                Q_out[at] = qj
-                at += 1
-                continue
-            if pj == 0.0:
-                group = 5
-            elif qj == pj:
-                group = 2
-            elif qj < pj:
-                group = 0 if qj / pj < a_more else 1
-            else:
-                group = 4 if qj / pj > b_more else 3
-            merged_p[group] += pj
-            merged_q[group] += qj
+        p, q = P[starts[i]:starts[i] + sizes[i]], Q[starts[i]:starts[i] + sizes[i]]
+        p_out, q_out = P_out[out_starts[i]:], Q_out[out_starts[i]:]
+        merged_p, merged_q = np.zeros(MERGED), np.zeros(MERGED)
+        undecided = np.empty(CHUNK, np.bool_)
+        at = 0
+        for first in range(0, p.size, CHUNK):
+            chunk_p, chunk_q = p[first:first + CHUNK], q[first:first + CHUNK]
+            _classify(chunk_p, chunk_q, a_more, a_less, b_less, b_more, undecided, merged_p, merged_q)
+            for j in range(chunk_p.size):
+                if undecided[j]:
+                    p_out[at] = chunk_p[j]
+                    q_out[at] = chunk_q[j]
+                    at += 1
         for group in range(MERGED):
             if merged_p[group] > 0.0 or merged_q[group] > 0.0:
-                P_out[at] = merged_p[group]
-                Q_out[at] = merged_q[group]
+                p_out[at] = merged_p[group]
+                q_out[at] = merged_q[group]
                 at += 1
-        out_sizes[i] = at - out_starts[i]
-        _extremes(P_out[out_starts[i]:at], Q_out[out_starts[i]:at], out_extremes[i])
+        out_sizes[i] = at
+        _extremes(p_out[:at], q_out[:at], out_extremes[i])
 
 
 @kernel

@@ -36,7 +36,8 @@ import numpy as np
 from mdverify.core._fgen import f_tilde, f_tilde_prime, f_tilde_prime_at_inf
 from mdverify.core.index import add_compensated, split_sides
 from mdverify.core.jit import kernel
-from mdverify.core.terms import divergence_of_terms, divergence_terms, sum_weighted_f_tilde, weighted_f_tilde
+from mdverify.core.terms import (CHUNK, divergence_of_terms, divergence_terms, sum_weighted_f_tilde,
+                                 weighted_f_tilde)
 from mdverify.core.screen import flag_view, flagged, gather, inclusion, mark_sample, screen
 from mdverify.core.walk import A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, segment_point, solve_segment, solve_slope
 
@@ -417,6 +418,32 @@ def _sample_bounds(p, q, eps, kind, alpha, work, slope_limit):
 
 
 @kernel
+def _extreme_ratios(ratios):
+    """(min(1, least ratio), max(1, greatest ratio)) of ratios >= 0, none of them nan: compared
+    as their bits, which order such floats as their values, so that the loop vectorises."""
+    bits = ratios.view(np.int64)
+    one = np.float64(1.0).view(np.int64)
+    least = greatest = one
+    for j in range(bits.size):
+        least = min(least, bits[j])
+        greatest = max(greatest, bits[j])
+    return np.int64(least).view(np.float64), np.int64(greatest).view(np.float64)
+
+
+@kernel(reassociate=True)
+def _overlap_sums(ps, qs):
+    """(sum min(p, q), sum (p - q)_+, sum (q - p)_+) of a chunk, added in an order the compiler
+    chooses (vectorised)."""
+    base = low = high = 0.0
+    for j in range(ps.size):
+        pj, qj = ps[j], qs[j]
+        base += min(pj, qj)
+        low += max(pj - qj, 0.0)
+        high += max(qj - pj, 0.0)
+    return base, low, high
+
+
+@kernel
 def _drafter_state(p, q, eps, kind, alpha, slope_limit, work):
     """(found, beyond, state, q0, base) for r = q, which accepts every drafted token and so is
     optimal when D_f(q || p) <= eps and the frontier's last slope is at most ``slope_limit`` (a
@@ -433,13 +460,10 @@ def _drafter_state(p, q, eps, kind, alpha, slope_limit, work):
     """
     fpinf = f_tilde_prime_at_inf(kind, alpha)
     count, zero, q0 = divergence_terms(q, p, work)
-    ratios, ps, qs = work[0], work[1], work[2]
+    ratios, ps, qs = work[0, :count], work[1, :count], work[2, :count]
     # Where q = 0 < p the ratio is 0; where it is infinite, the drafter's mass there is q0.
-    a = 0.0 if zero > 0.0 else 1.0
-    b = 1.0
-    for j in range(count):
-        a = min(a, ratios[j])
-        b = max(b, ratios[j])
+    a, b = _extreme_ratios(ratios)
+    a = 0.0 if zero > 0.0 else a
     last_slope = (fpinf if q0 > 0.0 else f_tilde_prime(kind, alpha, b)) - f_tilde_prime(kind, alpha, a)
     state = np.zeros(STATE_SIZE, np.float64)
     # D as md.divergence sums D(q || p) (bit for bit), stopped where it exceeds eps. An infinite
@@ -449,17 +473,17 @@ def _drafter_state(p, q, eps, kind, alpha, slope_limit, work):
     if not (value <= eps and value < np.inf):
         return False, True, state, 0.0, 0.0
     # The rest: where q = 0 < p only the low capacity grows, by p; where the ratio is infinite
-    # only the drafter's mass there, q0 (p, if not 0, is below 1e-308).
+    # only the drafter's mass there, q0 (p, if not 0, is below 1e-308). Compensated across
+    # chunks: base + m is the acceptance, to be equal to the sorted walk's to the last bits
+    # (and not over 1); and the capacities, summed plainly over 131072 terms, drift past
+    # DRAFTER_BALANCE.
     base = base_c = capacity_high = capacity_high_c = 0.0
     capacity_low, capacity_low_c = zero, 0.0
-    for j in range(count):
-        pj, qj = ps[j], qs[j]
-        # Compensated: base + m is the acceptance, to be equal to the sorted walk's to the last
-        # bits (and not over 1); and the capacities, which summed plainly over 131072 terms
-        # drift past DRAFTER_BALANCE.
-        base, base_c = add_compensated(base, base_c, min(pj, qj))
-        capacity_low, capacity_low_c = add_compensated(capacity_low, capacity_low_c, pj - qj if qj < pj else 0.0)
-        capacity_high, capacity_high_c = add_compensated(capacity_high, capacity_high_c, qj - pj if qj > pj else 0.0)
+    for first in range(0, count, CHUNK):
+        chunk_base, chunk_low, chunk_high = _overlap_sums(ps[first:first + CHUNK], qs[first:first + CHUNK])
+        base, base_c = add_compensated(base, base_c, chunk_base)
+        capacity_low, capacity_low_c = add_compensated(capacity_low, capacity_low_c, chunk_low)
+        capacity_high, capacity_high_c = add_compensated(capacity_high, capacity_high_c, chunk_high)
     base += base_c
     capacity_low += capacity_low_c
     capacity_high += capacity_high_c

@@ -391,10 +391,13 @@ def _branch_free_f_tilde(kind: int, f: Forms) -> str:
 def _weighted_f_tilde_terms(forms: list[Forms]) -> str:
     """One loop per kind over its branch-free f~ (inlined), which the compiler vectorises."""
     lines = ["@kernel", "def weighted_f_tilde_terms(kind, a, key, weight, s, start, count, out):",
-             f'    """{TERMS_DOC[0]}', "", f"    {TERMS_DOC[1]}", f"    {TERMS_DOC[2]}", '    """']
+             f'    """{TERMS_DOC[0]}', "", f"    {TERMS_DOC[1]}", f"    {TERMS_DOC[2]}", '    """',
+             "    # Sliced first: indexed by start + j, each load would carry numba's wrap-around of a",
+             "    # negative index, which keeps the loop from vectorising.",
+             "    key = key[start:start + count]", "    weight = weight[start:start + count]"]
     for kind, f in enumerate(forms):
         lines += [f"    if kind == {kind}:  # {f.name}", "        for j in range(count):",
-                  f"            out[j] = weight[start + j] * f_tilde_kind{kind}(a, s * key[start + j])"]
+                  f"            out[j] = weight[j] * f_tilde_kind{kind}(a, s * key[j])"]
     return "\n".join(lines + ["", ""])
 
 
