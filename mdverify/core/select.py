@@ -66,6 +66,7 @@ DRAFTER_BALANCE = 1e-14
 _MARGIN = 1e-12
 #: Relative distance within which two moved masses summed in different orders are equal.
 _ENDS = 1e-14
+_LEAST_NORMAL = 2.0 ** -1022
 
 
 @kernel
@@ -506,7 +507,9 @@ def _reach(keys, tokens, t, floor, ceiling, reach):
     for j in range(split - 1, -1, -1):
         count += tokens[j]
         if count >= reach:
-            below = keys[j]
+            # Ratio 0 (q = 0: truncated drafters) lies below any threshold t > 0 but below no
+            # bound 0: the least normal float is a bound that the screen can settle them by.
+            below = keys[j] if keys[j] > 0.0 or t <= _LEAST_NORMAL else _LEAST_NORMAL
             break
     above = ceiling
     count = 0.0
