@@ -51,14 +51,15 @@ PIVOT_SAMPLES = 31
 #: Rows at least this long are screened (``core.screen``) with bounds estimated on a sample of
 #: about 2 to 3 times size = min(SAMPLE_SIZE, n / SAMPLE_SHARE) tokens; first the bounds beyond
 #: which the sample stands for SAMPLE_REACH[0] n / size row tokens, then, as long as they are
-#: not confirmed, the next ones.
+#: not confirmed, the next ones. A level costs mostly its two passes over the row, little its
+#: search: wide first bounds cost less than a refused level.
 SAMPLE_FROM = 2048
 SAMPLE_SIZE = 512
 SAMPLE_SHARE = 16
-SAMPLE_REACH = (2.0, 8.0, 64.0, np.inf)
+SAMPLE_REACH = (8.0, 64.0, np.inf)
 #: A sample on which the budget does not bind where it binds on the row misjudged its
 #: thresholds too: the screen then starts from this level of SAMPLE_REACH.
-MISJUDGED_LEVEL = 2
+MISJUDGED_LEVEL = 1
 #: Largest difference of the two sides' capacities at which r = q is taken as the optimum
 #: (``_drafter_state``); r then differs from the optimum by at most that much mass.
 DRAFTER_BALANCE = 1e-14
