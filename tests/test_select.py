@@ -139,3 +139,36 @@ def test_r_equals_q_is_recognised_on_long_rows():
                                                         np.empty((4, p.size)))
         assert found, name
         assert base + state[select.M] == pytest.approx(1.0, abs=1e-15)
+
+
+def test_extreme_ratios_compare_bits_as_values():
+    """The drafter test's extremes (compared as bits) are numpy's min and max with 1, over zeros,
+    subnormals and ratios up to the float maximum."""
+    from mdverify.core import select
+
+    rng = np.random.default_rng(3)
+    for ratios in (10.0 ** rng.uniform(-320, 308, 1000), np.array([0.0, 5e-324, 2.0]), np.array([0.5, 0.75]),
+                   np.array([3.0, 1.7976931348623157e308]), np.empty(0)):
+        least, greatest = select._extreme_ratios(ratios)
+        assert least == min(1.0, ratios.min(initial=1.0)) and greatest == max(1.0, ratios.max(initial=1.0))
+
+
+def test_a_truncated_drafter_is_screened_by_its_zero_ratios():
+    """On a top-k drafter's row (q = 0 on all but 50 tokens), the sample's lowest bound settles
+    the q = 0 tokens as clipped (it is positive, not 0, which settles none), and the solve
+    agrees with the sorted one."""
+    from mdverify.bench.families import FAMILIES
+    from mdverify.core import screen, select
+
+    p, q = FAMILIES["top-k drafter (k = 50)"](131072, np.random.default_rng(4))
+    for name, eps in (("reverse_kl", 10.0), ("kl", 1e-4), ("tv", 0.01)):
+        entry = md.divergence(name)
+        work = np.empty((4, p.size))
+        levels, _, in_range = select._sample_bounds(p, q, eps, entry.kind, entry.param, work, np.inf)
+        assert in_range and levels[0, 0] > 0.0, name
+        flags = screen.flag_view(work[3], p.size)
+        n_low = screen.screen(p, q, tuple(levels[0]), flags)[10]
+        assert n_low < 100, name  # of 131022 tokens with q = 0 < p
+        sorted_ = md.mentor(p, q, eps, entry, method="sorted")
+        auto = md.mentor(p, q, eps, entry)
+        assert auto.acceptance == pytest.approx(sorted_.acceptance, abs=1e-12), name

@@ -27,7 +27,7 @@ from mdverify.core.terms import CHUNK, divergence_row
 
 #: Merged tokens a reduced row may add to its undecided ones.
 MERGED = 6
-ONE_BITS = np.float64(1.0).view(np.int64)
+_ONE_BITS = np.float64(1.0).view(np.int64)
 
 
 @kernel
@@ -65,13 +65,13 @@ def count_undecided(P, Q, starts, sizes, bounds, out, extremes):
         p, q = P[starts[i]:starts[i] + sizes[i]], Q[starts[i]:starts[i] + sizes[i]]  # indexed from 0: vectorised
         count = 0
         # The extremes compared as bits, which order ratios >= 0 as their values: vectorised.
-        lowest = highest = ONE_BITS
+        lowest = highest = _ONE_BITS
         for j in range(p.size):
             pj, qj = np.float64(p[j]), np.float64(q[j])
             bits = np.float64(qj / pj).view(np.int64)
             count += (pj > 0.0) & _undecided(pj, qj, a_more, a_less, b_less, b_more)
-            lowest = min(lowest, bits if qj < pj else ONE_BITS)
-            highest = max(highest, bits if (qj > pj) & (pj > 0.0) else ONE_BITS)
+            lowest = min(lowest, bits if qj < pj else _ONE_BITS)
+            highest = max(highest, bits if (qj > pj) & (pj > 0.0) else _ONE_BITS)
         out[i] = count
         extremes[i, 0], extremes[i, 1] = np.int64(lowest).view(np.float64), np.int64(highest).view(np.float64)
 
