@@ -23,6 +23,7 @@ import numpy as np
 from mdverify.api import RatioIndex, _checked_pair, _solver, _workspace, mentor
 from mdverify.core.mentor import FIELDS, SELECT
 from mdverify.core.reduce import MERGED, count_undecided, reduce_rows
+from mdverify.core import walk
 from mdverify.divergences import Divergence
 from mdverify.divergences import divergence as lookup
 from mdverify.validate import as_distributions, as_prices
@@ -143,14 +144,17 @@ def allocate(P, Q, total: float, divergence: str | Divergence = "kl", weights=No
     total goes to the rows that jump, in proportion to their jumps.
 
     Two batched solves bracket the price: one at equal budgets, one at budgets estimated from
-    its slopes (``_other_end``). Between them each row is reduced to the tokens whose clip
-    can still change (``core.reduce``), and every price the search tries is solved on those,
+    its slopes (``_other_end``); a row at its limit at the greater budget that binds at the
+    bracket's lower end is solved there (``_bind_at``). Between them each row is reduced to the
+    tokens whose clip can still change (``core.reduce``), solved at the bracket's ends, reduced
+    again between those solutions, and every price the search tries is solved on what is left,
     reduced again as the bracket narrows; a bracket that misses the price moves past its end
-    (``_allocate_between``). A row's result is the original row's where its thresholds lie within
-    the bounds of the reduction it was found on (the merged tokens are then clipped, or released,
-    as merged); the other rows are checked by an eps solve of the original rows, and where that
-    disagrees, the search is redone on every row's whole frontier (``_allocate_by_frontiers``).
-    tv is solved in closed form (``_allocate_straight``).
+    (``_allocate_between``). The solves write no r, only the fields. A row's result is the
+    original row's where its thresholds lie within the bounds of the reduction it was found on
+    (the merged tokens are then clipped, or released, as merged); the other rows are checked by
+    an eps solve of the original rows, and where that disagrees, the search is redone on every
+    row's whole frontier (``_allocate_by_frontiers``). tv is solved in closed form
+    (``_allocate_straight``).
 
     Parameters
     ----------
@@ -218,8 +222,8 @@ def _solved(p, q, entry: Divergence, eps=None, price=None) -> np.ndarray:
     fields, solver = np.empty((rows, len(FIELDS))), _solver("auto", n)
     solve = entry.kernels.mentor_rows if price is None else entry.kernels.price_rows
     limits = np.broadcast_to(np.asarray(eps if price is None else price, np.float64), (rows,))
-    solve(p, q, np.ascontiguousarray(limits), entry.kind, entry.param, solver, np.empty_like(p), fields,
-          _workspace(solver, rows, n))
+    solve(p, q, np.ascontiguousarray(limits), entry.kind, entry.param, solver, np.empty((rows, 0)), fields,
+          _workspace(solver, rows, n))  # R of width 0: the fields alone, r never written
     return fields
 
 
@@ -292,7 +296,8 @@ def _allocate_between(p, q, w, total, entry: Divergence, more, less, guess: floa
     rows, n = p.shape
     spread = BRACKET_SPREAD
     while True:
-        more, more_from = _solved_at(p, q, w, entry, more, more_from, more_from > lo, lo)
+        more, more_from = _solved_at(p, q, w, entry, more, more_from, (more_from > lo) | _bind_at(more, lo * w, entry),
+                                     lo)
         less, less_to = _solved_at(p, q, w, entry, less, less_to, less_to < hi, hi)
         reduced = _ReducedRows(p.ravel(), q.ravel(), np.arange(rows) * n, np.full(rows, n), _bounds(more, less), less,
                                entry)
@@ -320,6 +325,19 @@ def _bounds(more, less) -> np.ndarray:
     return np.concatenate([a, b], axis=1)
 
 
+def _bind_at(fields, prices: np.ndarray, entry: Divergence) -> np.ndarray:
+    """The rows whose solution (fields) is at their limit m_max (lam = 0) but that bind at their
+    ``prices``: the frontier's last slope lam = 1 / (dD/dm at m_max) is below the price. Solved at
+    the price, such a row bounds its budget in the bracket far more tightly than its limit does,
+    below which every token of the low side stays undecided."""
+    limit = fields[:, LAM] == 0
+    if not limit.any():
+        return limit
+    states = np.zeros((len(fields), walk.STATE_SIZE))
+    states[:, walk.A], states[:, walk.B], states[:, walk.K_HIGH] = fields[:, A], fields[:, B], fields[:, B] < np.inf
+    return limit & (entry.kernels.trace_slopes(states, entry.kind, entry.param) * prices > 1)
+
+
 def _solved_at(p, q, w, entry: Divergence, fields, holds_at, rows, price: float) -> tuple[np.ndarray, np.ndarray]:
     """``fields`` and the prices at which they hold, with the selected rows replaced by their
     solutions at price ``price`` (times their weights)."""
@@ -335,12 +353,12 @@ def _solved_at(p, q, w, entry: Divergence, fields, holds_at, rows, price: float)
 
 def _search_within(reduced, lo, hi, at_lo, at_hi, w, total) -> tuple[Allocation, np.ndarray]:
     """The allocation at the price within [lo, hi] (spent(lo) > total >= spent(hi)), searched on
-    rows reduced for that bracket and reduced again as it narrows; and the rows whose result is
-    the original row's for certain: the thresholds found within the bounds of the rows they were
-    found on, and no jump shared."""
+    rows reduced for that bracket, reduced again between its ends' solutions and as it narrows;
+    and the rows whose result is the original row's for certain: the thresholds found within
+    the bounds of the rows they were found on, and no jump shared."""
     points = {lo: at_lo, hi: at_hi}  # price -> fields of every row (divergence_value that of the original row)
     bounds = {lo: reduced.bounds, hi: reduced.bounds}  # price -> the bounds of the rows it was solved on
-    narrowed_at = np.log(hi / lo)  # the bracket's log width when the rows were last reduced
+    narrowed_at = np.inf  # the bracket's log width when the rows were last reduced: first, between its ends
 
     def spent(nu: float, lo: float, hi: float) -> float:
         nonlocal reduced, narrowed_at

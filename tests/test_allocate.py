@@ -118,6 +118,23 @@ def test_a_wrong_guess_moves_the_bracket_to_the_price(monkeypatch, factor, diver
     assert moved.price == pytest.approx(right.price, rel=1e-9)
 
 
+def test_rows_at_their_limit_that_bind_at_the_price_are_solved_there(monkeypatch):
+    # At equal budgets the rows of small D(q || p) reach their limit; where the frontier's last
+    # slope is below the price, they bind there and are solved at the bracket's end.
+    P, Q = llm_rows(2000, 8, seed=75)
+    limit = md.mentor(P, Q, np.inf).divergence_value
+    total = 8 * float(np.median(limit))
+    bound = []
+    bind_at = prices._bind_at
+    monkeypatch.setattr(prices, "_bind_at", lambda *args: bound.append(bind_at(*args)) or bound[-1])
+    allocation = md.allocate(P, Q, total)
+    assert any(rows.any() for rows in bound)
+    check_optimal(P, Q, total, md.divergence("kl"), np.ones(8), allocation)
+    eps, acceptance, _ = reference(P, Q, total, md.divergence("kl"), np.ones(8))
+    np.testing.assert_allclose(allocation.eps, eps, rtol=1e-7, atol=1e-12 * total)
+    np.testing.assert_allclose(allocation.acceptance, acceptance, rtol=0, atol=1e-9)
+
+
 def test_tv_fills_the_rows_of_least_weight_first():
     P, Q = llm_rows(500, 4, seed=73)
     limit = md.mentor(P, Q, np.inf, "tv").divergence_value

@@ -42,9 +42,11 @@ def construct(p, q, a, b, fill, q0, r):
 def finish(q0, base, kind, alpha, eps, state, binding, p, q, r, out):
     """Write r and the result fields (order of ``FIELDS``) for a finished solve.
 
-    ``q0`` is the drafter mass on p = 0 tokens and ``base`` = sum_i min(p_i, q_i).
+    ``q0`` is the drafter mass on p = 0 tokens and ``base`` = sum_i min(p_i, q_i). An empty r
+    asks for the fields alone (``prices.allocate``): writing r is a pass over the row.
     """
-    construct(p, q, state[A], state[B], state[FILL], q0, r)
+    if r.size > 0:
+        construct(p, q, state[A], state[B], state[FILL], q0, r)
     lam, mu = duals(kind, alpha, eps, state, binding)
     out[0] = base + state[M]
     out[1] = state[M]
@@ -64,7 +66,8 @@ def mentor_row(p, q, eps, kind, alpha, r, out):
     p, q : 1-d float32 or float64 arrays, distributions of the target and the drafter.
     eps : float, the budget (>= 0, may be inf).
     kind, alpha : the divergence (``Divergence.kind`` and ``Divergence.param``).
-    r : 1-d output array (any float dtype) receiving the mentored distribution.
+    r : 1-d output array (any float dtype) receiving the mentored distribution, or empty for
+        the fields alone.
     out : float64 array of length 7 receiving the fields of ``FIELDS``.
     """
     index = build_index(p, q)
@@ -107,7 +110,8 @@ def mentor_row_by(method, p, q, eps, kind, alpha, r, out, work):
 
 @kernel(parallel=True)
 def mentor_rows(P, Q, eps, kind, alpha, method, R, out, work):
-    """The optimum of every row of 2-d P, Q (shape (B, n)) in parallel; out has shape (B, 7).
+    """The optimum of every row of 2-d P, Q (shape (B, n)) in parallel; out has shape (B, 7), R
+    (B, n), or (B, 0) for the fields alone.
 
     ``method`` is SORTED (``mentor_row``) or SELECT (``mentor_row_select``). ``work`` has shape
     (chunks, 4, n): the rows are cut into that many contiguous chunks, one workspace each.
