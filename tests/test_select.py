@@ -172,3 +172,21 @@ def test_a_truncated_drafter_is_screened_by_its_zero_ratios():
         sorted_ = md.mentor(p, q, eps, entry, method="sorted")
         auto = md.mentor(p, q, eps, entry)
         assert auto.acceptance == pytest.approx(sorted_.acceptance, abs=1e-12), name
+
+
+def test_short_rows_at_their_drafter_budget_end_at_r_equals_q():
+    """At eps = D(q || p) as md.divergence sums it, the search's own sums put the end m_max an ulp
+    over the budget on about one row in five; r = q, summed that way, is within it, and the
+    sort-free solver ends there instead of handing the row to the sorted walk."""
+    from mdverify.core import select
+    from mdverify.workloads import llm_rows
+
+    P, Q = llm_rows(1000, 20, seed=3)
+    for name in ("kl", "reverse_kl", "jensen_shannon", "hellinger"):
+        entry = md.divergence(name)
+        for p, q in zip(P, Q):
+            eps = float(entry.value(q, p))
+            state = select.select_walk(p, q, eps, entry.kind, entry.param, np.empty((4, p.size)))[0]
+            assert state[select.D] <= eps, name  # (where it ends an ulp short of m_max, binding)
+            res = md.mentor(p, q, eps, entry, method="select")
+            assert res.acceptance == pytest.approx(1.0, abs=1e-12) and res.divergence_value <= eps, name

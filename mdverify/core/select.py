@@ -300,7 +300,15 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit):
         if found:
             return state, binding, q0, base
     low, high = _nothing_settled()
-    return _search(work, split_sides(p, q, work[0], work[1]), (0, 0), low, high, eps, kind, alpha, slope_limit)[:4]
+    state, binding, q0, base, _ = _search(work, split_sides(p, q, work[0], work[1]), (0, 0), low, high, eps, kind,
+                                          alpha, slope_limit)
+    if not binding and not state[D] <= eps:
+        # The end m_max over the budget by the rounding of the search's sums, where eps is D(q || p)
+        # as md.divergence sums it: r = q, if that is the end, summed that way is within it.
+        found, _, drafter, drafter_q0, drafter_base = _drafter_state(p, q, eps, kind, alpha, slope_limit, work)
+        if found:
+            return drafter, False, drafter_q0, drafter_base
+    return state, binding, q0, base
 
 
 @kernel
