@@ -261,7 +261,8 @@ def select_walk(p, q, eps, kind, alpha, work):
     (state, binding, q0, base) with the state layout of ``core.walk``. Long rows are first
     screened with bounds from a sample, at each level of SAMPLE_REACH in turn until a result
     is confirmed (the last level bounds nothing but what the refusals suggest); where the
-    budget does not bind on the sample, r = q is tried first (``_drafter_state``). The full
+    budget does not bind on the sample, r = q is tried first (``_drafter_state``), and where a
+    search ends at m_max an ulp over the budget, after it (``_drafter_at_end``). The full
     row is split and searched when nothing is confirmed or the row has tokens outside the
     screen's range (``screen.SCREEN_P_MIN``).
     """
@@ -302,13 +303,22 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit):
     low, high = _nothing_settled()
     state, binding, q0, base, _ = _search(work, split_sides(p, q, work[0], work[1]), (0, 0), low, high, eps, kind,
                                           alpha, slope_limit)
-    if not binding and not state[D] <= eps:
-        # The end m_max over the budget by the rounding of the search's sums, where eps is D(q || p)
-        # as md.divergence sums it: r = q, if that is the end, summed that way is within it.
-        found, _, drafter, drafter_q0, drafter_base = _drafter_state(p, q, eps, kind, alpha, slope_limit, work)
-        if found:
-            return drafter, False, drafter_q0, drafter_base
+    found, drafter, drafter_q0, drafter_base = _drafter_at_end(p, q, eps, kind, alpha, slope_limit, work, state,
+                                                               binding)
+    if found:
+        return drafter, False, drafter_q0, drafter_base
     return state, binding, q0, base
+
+
+@kernel
+def _drafter_at_end(p, q, eps, kind, alpha, slope_limit, work, state, binding):
+    """(found, state, q0, base) of r = q (``_drafter_state``) where a search ended at its end m_max
+    over the budget: by the rounding of its own sums where eps is D(q || p) as md.divergence sums
+    it, which r = q, if that is the end, summed that way is within."""
+    if binding or state[D] <= eps:
+        return False, state, 0.0, 0.0
+    found, _, drafter, q0, base = _drafter_state(p, q, eps, kind, alpha, slope_limit, work)
+    return found, drafter, q0, base
 
 
 @kernel
@@ -324,6 +334,11 @@ def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit):
         confirmed, hits, state, binding, q0, base = screened_walk(p, q, eps, kind, alpha, work, bounds, slope_limit)
         if confirmed:
             return True, state, binding, q0, base
+        if not hits.any():  # no bound held it back: the end, maybe an ulp over the budget
+            found, drafter, drafter_q0, drafter_base = _drafter_at_end(p, q, eps, kind, alpha, slope_limit, work, state,
+                                                                       binding)
+            if found:
+                return True, drafter, False, drafter_q0, drafter_base
         if hits.sum() == 1:  # one bound held the optimum back: its threshold lies past it
             which = np.argmax(hits)
             presumed[which ^ 1] = bounds[which]
