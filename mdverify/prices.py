@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from mdverify.api import RatioIndex, _checked_pair, _solver, _workspace, mentor
+from mdverify.core import walk
 from mdverify.core.mentor import FIELDS, SELECT
 from mdverify.core.reduce import MERGED, count_undecided, reduce_rows
-from mdverify.core import walk
 from mdverify.divergences import Divergence
 from mdverify.divergences import divergence as lookup
 from mdverify.validate import as_distributions, as_prices
