@@ -104,9 +104,11 @@ def plan_chain(target_probs, draft_probs, price, divergence: str | Divergence = 
     acceptance = np.empty((rows, positions))
     value = np.zeros(rows)  # V_{j+1}
     for j in reversed(range(positions)):
-        res = mentor(target[:, j], draft[:, j], price=prices / (1.0 + value), divergence=entry)
-        eps[:, j] = res.divergence_value
-        acceptance[:, j] = res.acceptance
+        # Validated above: the kernels alone, for the fields (r is never used), on float64 rows.
+        p, q = (np.ascontiguousarray(x[:, j], np.float64) for x in (target, draft))
+        fields = _solved(p, q, entry, price=prices / (1.0 + value))
+        eps[:, j] = fields[:, EPS]
+        acceptance[:, j] = fields[:, ACCEPTANCE]
         value = acceptance[:, j] * (1.0 + value) - _spent(prices, eps[:, j])
     reached = np.cumprod(np.concatenate([np.ones((rows, 1)), acceptance[:, :-1]], axis=1), axis=1)
     return ChainPlan(eps=eps, acceptance=acceptance, expected_accepted=(reached * acceptance).sum(1),
