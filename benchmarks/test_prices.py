@@ -3,6 +3,7 @@
 ``pytest benchmarks/test_prices.py``: a price solve against an eps solve of the same rows (LLM-like
 rows, and rows of every family of ``mdverify.bench.families`` but the neural pair's), the
 chain-aware ``md.verify(price=...)`` against ``md.verify(eps=...)`` (B = 64, k = 4, n = 32768),
+``md.plan_chain`` of those chains against k ``md.mentor`` price solves of their positions,
 and ``md.allocate`` of 64 rows of n = 131072 against solving them at fixed budgets and against the
 same price search on every row's whole frontier (its fallback).
 """
@@ -52,14 +53,29 @@ def test_row_solve_across_families(benchmark, family, how):
     benchmark(calls[how])
 
 
+@lru_cache(maxsize=1)
+def _chains():
+    p, q = llm_rows(32768, 64 * 5, seed=6)  # position j of chain b is the pair (p, q)[5 b + j]
+    return p.reshape(64, 5, -1), np.ascontiguousarray(q.reshape(64, 5, -1)[:, :4])
+
+
 @pytest.mark.parametrize("how", ["eps", "price"])
 def test_verify(benchmark, how):
-    p, q = llm_rows(32768, 64 * 5, seed=6)  # position j of chain b is the pair (p, q)[5 b + j]
-    target, draft = p.reshape(64, 5, -1), np.ascontiguousarray(q.reshape(64, 5, -1)[:, :4])
+    target, draft = _chains()
     tokens = draft.argmax(-1)
     benchmark.group = "md.verify, B = 64, k = 4, n = 32768"
     calls = {"eps": lambda: md.verify(target, draft, tokens, 0.05, seed=0),
              "price": lambda: md.verify(target, draft, tokens, price=5.0, seed=0)}
+    benchmark(calls[how])
+
+
+@pytest.mark.parametrize("how", ["plan_chain", "md.mentor per position"])
+def test_plan_chain(benchmark, how):
+    """The chain plan (k price solves, one after another) against k plain price solves."""
+    target, draft = _chains()
+    benchmark.group = "md.plan_chain, B = 64, k = 4, n = 32768, price 5"
+    calls = {"plan_chain": lambda: md.plan_chain(target, draft, 5.0),
+             "md.mentor per position": lambda: [md.mentor(target[:, j], draft[:, j], price=5.0) for j in range(4)]}
     benchmark(calls[how])
 
 
