@@ -145,7 +145,9 @@ def mentor(p, q, eps=None, divergence: str | Divergence = "kl", method: str = "a
     (0.6, 0.1)
     """
     entry = lookup(divergence)
-    p, q = _checked_pair(p, q)
+    checked_by_kernel = _as_given(p, q)  # row by row as it solves (``core.mentor.CHECKED``)
+    if not checked_by_kernel:
+        p, q = _checked_pair(p, q)
     batch_shape = p.shape[:-1]
     n = p.shape[-1]
     if (eps is None) == (price is None):
@@ -159,11 +161,14 @@ def mentor(p, q, eps=None, divergence: str | Divergence = "kl", method: str = "a
     solver = _solver(method, n)
     if price is None:
         budgets = as_budgets(eps, batch_shape)
-        entry.kernels.mentor_rows(P, Q, budgets, entry.kind, entry.param, solver, R, fields,
-                                  _workspace(solver, P.shape[0], n))
+        solve, limits = entry.kernels.mentor_rows, budgets
     else:
-        entry.kernels.price_rows(P, Q, as_prices(price, batch_shape), entry.kind, entry.param, solver, R, fields,
-                                 _workspace(solver, P.shape[0], n))
+        solve, limits = entry.kernels.price_rows, as_prices(price, batch_shape)
+    check = kernels.CHECKED if checked_by_kernel else 0
+    solve(P, Q, limits, entry.kind, entry.param, solver | check, R, fields, _workspace(solver, P.shape[0], n))
+    if checked_by_kernel:
+        _solve_refused(solve, P, Q, limits, entry, solver, R, fields, p, q)
+    if price is not None:
         budgets = fields[:, kernels.FIELDS.index("divergence_value")].copy()  # what each price bought
     budgets = np.asarray(budgets, np.float64).reshape(-1)
     if R.dtype != np.float64:
@@ -181,18 +186,38 @@ def mentor(p, q, eps=None, divergence: str | Divergence = "kl", method: str = "a
     return replace(_result(R.reshape(p.shape), fields, batch_shape), certificate=certificate)
 
 
+def _as_given(p, q) -> bool:
+    """Whether p and q are arrays of one float dtype and shape, which a fused pass can check
+    and the kernels can take as they are."""
+    return (isinstance(p, np.ndarray) and isinstance(q, np.ndarray) and p.dtype in SUM_TOLERANCE
+            and p.dtype == q.dtype and p.shape == q.shape and p.ndim >= 1 and p.size > 0)
+
+
 def _checked_pair(p, q) -> tuple[np.ndarray, np.ndarray]:
-    """p and q validated: arrays of one float dtype and shape that one fused pass finds valid
-    are taken as they are; anything else goes through ``as_pair`` and ``check_ratios``, which
-    convert what they can and name what is wrong."""
-    if (isinstance(p, np.ndarray) and isinstance(q, np.ndarray) and p.dtype in SUM_TOLERANCE
-            and p.dtype == q.dtype and p.shape == q.shape and p.ndim >= 1 and p.size > 0):
+    """p and q validated: arrays ``_as_given`` that one fused pass finds valid are taken as they
+    are; anything else goes through ``as_pair`` and ``check_ratios``, which convert what they
+    can and name what is wrong."""
+    if _as_given(p, q):
         n = p.shape[-1]
         if rows_valid(p.reshape(-1, n), q.reshape(-1, n), SUM_TOLERANCE[p.dtype]):
             return p, q
     p, q = as_pair(p, q)
     check_ratios(p, q)
     return p, q
+
+
+def _solve_refused(solve, P, Q, limits, entry: Divergence, solver: int, R, fields, p, q) -> None:
+    """After a checked solve (``core.mentor.CHECKED``), the rows its check refused, whose fields
+    are nan: the checks that name what is wrong raise; a row they accept after all (a p below
+    the smallest normal float whose ratio with q does not overflow) is solved unchecked."""
+    refused = np.flatnonzero(np.isnan(fields[:, 0]))
+    if refused.size == 0:
+        return
+    check_ratios(*as_pair(p, q))
+    rows_r, rows_fields = R[refused], fields[refused]
+    solve(P[refused], Q[refused], limits[refused], entry.kind, entry.param, solver, rows_r, rows_fields,
+          _workspace(solver, refused.size, P.shape[1]))
+    R[refused], fields[refused] = rows_r, rows_fields
 
 
 def _keep_budget_after_rounding(entry: Divergence, P, Q, R, fields, budgets) -> None:

@@ -83,3 +83,43 @@ def test_divergence_value_checks_input():
 def test_entries_whose_sum_overflows_are_refused():
     with pytest.raises(ValueError, match="sums to inf"):
         md.mentor(np.full(3, 6e307), np.full(3, 1 / 3), 0.1, "kl")
+
+
+def test_the_kernels_check_each_row_as_they_solve():
+    """With CHECKED, ``mentor_rows`` and ``price_rows`` check every row as ``rows_valid`` does and
+    leave one that fails unsolved, its fields nan; the rows that pass are solved as unchecked."""
+    from mdverify.api import _workspace
+    from mdverify.core import mentor as kernels
+
+    rng = np.random.default_rng(4)
+    P, Q = rng.dirichlet(np.ones(3000), 6), rng.dirichlet(np.ones(3000), 6)
+    P[1, 0] = np.nan
+    Q[2, :2] = (-0.1, Q[2, 0] + Q[2, 1] + 0.1)
+    P[3] *= 1.01
+    P[4, :2] = (P[4, 0] + P[4, 1] - 1e-310, 1e-310)  # below the smallest normal: refused by the fast check
+    valid = np.array([True, False, False, False, False, True])
+    entry = md.divergence("hellinger")
+    for solve, limits in ((kernels.mentor_rows, np.full(6, 0.05)), (kernels.price_rows, np.full(6, 3.0))):
+        for solver in (kernels.SORTED, kernels.SELECT):
+            R, fields = np.zeros_like(P), np.empty((6, len(kernels.FIELDS)))
+            work = _workspace(solver, 6, 3000)
+            solve(P, Q, limits, entry.kind, entry.param, solver | kernels.CHECKED, R, fields, work)
+            assert np.isnan(fields[~valid]).all() and not np.isnan(fields[valid]).any()
+            R_alone, fields_alone = np.zeros((2, 3000)), np.empty((2, len(kernels.FIELDS)))
+            solve(P[valid], Q[valid], limits[valid], entry.kind, entry.param, solver, R_alone, fields_alone,
+                  _workspace(solver, 2, 3000))
+            np.testing.assert_array_equal(fields[valid], fields_alone)
+            np.testing.assert_array_equal(R[valid], R_alone)
+
+
+def test_a_row_the_kernel_check_refuses_but_the_checks_accept_is_solved():
+    """A p below the smallest normal float whose ratio with q does not overflow: the kernels'
+    fused check refuses it, the checks that name problems accept it, so it is solved."""
+    P = np.array([[0.5, 0.5], [1.0 - 1e-310, 1e-310]])
+    Q = np.array([[0.2, 0.8], [1.0 - 1e-311, 1e-311]])
+    for kw in ({"eps": 0.1}, {"price": 2.0}):
+        both = md.mentor(P, Q, divergence="kl", **kw)
+        for i in range(2):
+            alone = md.mentor(P[i].tolist(), Q[i].tolist(), divergence="kl", **kw)  # lists: the numpy checks first
+            np.testing.assert_array_equal(both.r[i], alone.r)
+            assert both.acceptance[i] == alone.acceptance

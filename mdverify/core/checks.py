@@ -9,27 +9,43 @@ it finds something wrong do the numpy checks run, to name the row and the proble
 import numpy as np
 
 from mdverify.core.jit import kernel
+from mdverify.validate import SUM_TOLERANCE
 
 #: The smallest normal double: a positive p below it may make q / p overflow (``check_ratios``).
 SMALLEST_NORMAL = np.finfo(np.float64).tiny
 
 
 @kernel(reassociate=True)
+def row_valid(p, q, tolerance):
+    """True when p and q (one row each) sum to 1 within ``tolerance``, have no negative entry,
+    and p no positive entry below the smallest normal double. A nan or inf entry makes its
+    row's sum nan or inf, so the sum test catches it too."""
+    sum_p = 0.0
+    sum_q = 0.0
+    bad = 0.0
+    for j in range(p.size):
+        pj = np.float64(p[j])
+        qj = np.float64(q[j])
+        sum_p += pj
+        sum_q += qj
+        bad += (pj < 0.0) + (qj < 0.0) + ((pj > 0.0) & (pj < SMALLEST_NORMAL))
+    return abs(sum_p - 1.0) <= tolerance and abs(sum_q - 1.0) <= tolerance and bad == 0.0
+
+
+@kernel
 def rows_valid(P, Q, tolerance):
-    """True when every row of P and Q (shape (rows, n)) sums to 1 within ``tolerance``, has no
-    negative entry, and no positive p below the smallest normal double. A nan or inf entry
-    makes its row's sum nan or inf, so the sum test catches it too."""
-    rows, n = P.shape
-    for i in range(rows):
-        sum_p = 0.0
-        sum_q = 0.0
-        bad = 0.0
-        for j in range(n):
-            p = np.float64(P[i, j])
-            q = np.float64(Q[i, j])
-            sum_p += p
-            sum_q += q
-            bad += (p < 0.0) + (q < 0.0) + ((p > 0.0) & (p < SMALLEST_NORMAL))
-        if not (abs(sum_p - 1.0) <= tolerance and abs(sum_q - 1.0) <= tolerance and bad == 0.0):
+    """``row_valid`` for every row of P and Q (shape (rows, n))."""
+    for i in range(P.shape[0]):
+        if not row_valid(P[i], Q[i], tolerance):
             return False
     return True
+
+
+_FLOAT32_TOLERANCE = SUM_TOLERANCE[np.dtype(np.float32)]
+_FLOAT64_TOLERANCE = SUM_TOLERANCE[np.dtype(np.float64)]
+
+
+@kernel
+def sum_tolerance(p):
+    """``validate.SUM_TOLERANCE`` of p's dtype (float32 or float64)."""
+    return _FLOAT32_TOLERANCE if p.itemsize == 4 else _FLOAT64_TOLERANCE

@@ -9,6 +9,7 @@ import numpy as np
 from numba import prange
 
 from mdverify.core._fgen import f_prime_at_one, f_tilde_prime, f_tilde_prime_at_inf
+from mdverify.core.checks import row_valid, sum_tolerance
 from mdverify.core.index import build_index
 from mdverify.core.jit import kernel
 from mdverify.core.terms import divergence_row
@@ -95,8 +96,21 @@ def mentor_row_select(p, q, eps, kind, alpha, r, out, work):
     finish(q0, base, kind, alpha, eps, state, binding, p, q, r, out)
 
 
-#: Solver codes of ``mentor_rows``.
-SORTED, SELECT = 0, 1
+#: Solver codes of ``mentor_rows`` and ``price_rows``. CHECKED added to one (SELECT | CHECKED)
+#: checks each row first, as ``checks.rows_valid`` does, and leaves a row that fails unsolved,
+#: its fields nan: so checked, a row is read while the solve's first pass finds it in cache,
+#: and rows are checked in parallel.
+SORTED, SELECT, CHECKED = 0, 1, 2
+
+
+@kernel
+def _to_solve(method, p, q, out):
+    """Whether a row is to be solved: ``method`` asks for no check, or the row passes it (else
+    its fields are set to nan)."""
+    if method & CHECKED and not row_valid(p, q, sum_tolerance(p)):
+        out[:] = np.nan
+        return False
+    return True
 
 
 @kernel
@@ -113,8 +127,9 @@ def mentor_rows(P, Q, eps, kind, alpha, method, R, out, work):
     """The optimum of every row of 2-d P, Q (shape (B, n)) in parallel; out has shape (B, 7), R
     (B, n), or (B, 0) for the fields alone.
 
-    ``method`` is SORTED (``mentor_row``) or SELECT (``mentor_row_select``). ``work`` has shape
-    (chunks, 4, n): the rows are cut into that many contiguous chunks, one workspace each.
+    ``method`` is SORTED (``mentor_row``) or SELECT (``mentor_row_select``), plus CHECKED to
+    check each row first. ``work`` has shape (chunks, 4, n): the rows are cut into that many
+    contiguous chunks, one workspace each.
     Each row is solved from its own inputs alone, so results do not depend on the thread
     count or the number of chunks.
     """
@@ -122,7 +137,8 @@ def mentor_rows(P, Q, eps, kind, alpha, method, R, out, work):
     chunks = work.shape[0]
     for c in prange(chunks):
         for i in range(c * rows // chunks, (c + 1) * rows // chunks):
-            mentor_row_by(method, P[i], Q[i], eps[i], kind, alpha, R[i], out[i], work[c])
+            if _to_solve(method, P[i], Q[i], out[i]):
+                mentor_row_by(method & SELECT, P[i], Q[i], eps[i], kind, alpha, R[i], out[i], work[c])
 
 
 @kernel
@@ -179,7 +195,8 @@ def price_rows(P, Q, prices, kind, alpha, method, R, out, work):
     chunks = work.shape[0]
     for c in prange(chunks):
         for i in range(c * rows // chunks, (c + 1) * rows // chunks):
-            price_row_by(method, P[i], Q[i], prices[i], kind, alpha, R[i], out[i], work[c])
+            if _to_solve(method, P[i], Q[i], out[i]):
+                price_row_by(method & SELECT, P[i], Q[i], prices[i], kind, alpha, R[i], out[i], work[c])
 
 
 @kernel
