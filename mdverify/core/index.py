@@ -139,39 +139,51 @@ def _radix_passes(bits, values, low, high):
 @kernel
 def _order_runs(bits, values, low):
     """Stably sort, by all their bits, the runs of ``bits`` (sorted by bits [low, 64)) whose keys
-    agree on those bits: in place, each run by insertion, merge or radix by its length."""
+    agree on those bits, in place."""
     n = bits.size
     shift = np.uint64(low)
     i = 0
     while i < n:
         top = bits[i] >> shift
         j = i + 1
-        inverted = False
+        in_order = True
         while j < n and bits[j] >> shift == top:
-            inverted |= bits[j - 1] > bits[j]
+            in_order &= bits[j - 1] <= bits[j]
             j += 1
-        if not inverted:  # a single key, ties, or already in order
-            pass
-        elif j - i <= INSERTION_MAX:
-            for k in range(i + 1, j):
-                b = bits[k]
-                v = values[k]
-                m = k
-                while m > i and bits[m - 1] > b:
-                    bits[m] = bits[m - 1]
-                    values[m] = values[m - 1]
-                    m -= 1
-                bits[m] = b
-                values[m] = v
-        elif j - i < RADIX_FROM:
-            order = np.argsort(bits[i:j], kind="mergesort")
-            bits[i:j] = bits[i:j][order]
-            values[i:j] = values[i:j][order]
-        else:
-            run_bits, run_values = _radix_passes(bits[i:j].copy(), values[i:j].copy(), 0, low)
-            bits[i:j] = run_bits
-            values[i:j] = run_values
+        if not in_order:  # (one key, ties, or a sorted run need nothing)
+            _order_run(bits[i:j], values[i:j], low)
         i = j
+
+
+@kernel
+def _order_run(bits, values, low):
+    """A run of keys equal in bits [low, 64) stably sorted in place: by insertion, merge or
+    radix passes over bits [0, low), by its length."""
+    if bits.size <= INSERTION_MAX:
+        _insertion_sort(bits, values)
+    elif bits.size < RADIX_FROM:
+        order = np.argsort(bits, kind="mergesort")
+        bits[:] = bits[order]
+        values[:] = values[order]
+    else:
+        sorted_bits, sorted_values = _radix_passes(bits.copy(), values.copy(), 0, low)
+        bits[:] = sorted_bits
+        values[:] = sorted_values
+
+
+@kernel
+def _insertion_sort(bits, values):
+    """(bits, values) sorted by bits in place, stably."""
+    for k in range(1, bits.size):
+        b = bits[k]
+        v = values[k]
+        m = k
+        while m > 0 and bits[m - 1] > b:
+            bits[m] = bits[m - 1]
+            values[m] = values[m - 1]
+            m -= 1
+        bits[m] = b
+        values[m] = v
 
 
 @kernel
