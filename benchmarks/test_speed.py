@@ -11,6 +11,8 @@ import pytest
 from mdverify.bench.peer import peer_sampler
 from mdverify.bench.run import EPS, _Solver, floor_pass
 from mdverify.core import mentor as kernels
+from mdverify.core.checks import rows_valid
+from mdverify.validate import SUM_TOLERANCE
 from mdverify.workloads import llm_rows
 
 SIZES = [2**10, 2**14, 2**17, 2**20]
@@ -45,3 +47,17 @@ def test_batch(benchmark, batch, dtype):
     benchmark.group = f"batch, n=131072, {np.dtype(dtype).name}"
     solver = _Solver(P, Q, EPS)
     benchmark(lambda: solver(kernels.SELECT))
+
+
+@pytest.mark.parametrize("batch", [1, 64])
+@pytest.mark.parametrize("check", ["inside the kernel", "a pass before", "none"])
+def test_input_check(benchmark, batch, check):
+    """``md.mentor``'s input check of each row, run inside the kernel as the row is solved
+    (``core.mentor.CHECKED``), against one pass over the batch before it, and no check."""
+    P, Q = llm_rows(2**17, batch, seed=2)
+    benchmark.group = f"input check, {batch} rows, n=131072"
+    solver = _Solver(P, Q, EPS)
+    calls = {"inside the kernel": lambda: solver(kernels.SELECT | kernels.CHECKED),
+             "a pass before": lambda: (rows_valid(P, Q, SUM_TOLERANCE[P.dtype]), solver(kernels.SELECT)),
+             "none": lambda: solver(kernels.SELECT)}
+    benchmark(calls[check])

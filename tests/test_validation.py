@@ -123,3 +123,12 @@ def test_a_row_the_kernel_check_refuses_but_the_checks_accept_is_solved():
             alone = md.mentor(P[i].tolist(), Q[i].tolist(), divergence="kl", **kw)  # lists: the numpy checks first
             np.testing.assert_array_equal(both.r[i], alone.r)
             assert both.acceptance[i] == alone.acceptance
+
+
+def test_the_kernels_check_rows_with_the_tolerance_of_their_dtype():
+    from mdverify.core.checks import sum_tolerance
+    from mdverify.validate import SUM_TOLERANCE
+
+    assert SUM_TOLERANCE.keys() == {np.dtype(np.float32), np.dtype(np.float64)}
+    for dtype, tolerance in SUM_TOLERANCE.items():
+        assert sum_tolerance(np.zeros(3, dtype)) == tolerance
