@@ -195,7 +195,7 @@ def _radix_sort(key, weight):
     SORTED_BITS highest bits in which the keys differ (bits above them are common to all),
     then the runs that those bits leave tied ordered by the rest (``_order_runs``). Stable,
     as every step is, so ties keep their order. With it the index of a row of 131072 tokens
-    builds in about 0.2-1.6x the time of ``np.argsort`` of its ratios (``mdverify.bench.families``).
+    builds in 0.2-1.3x the time of ``np.argsort`` of its ratios (``mdverify.bench.families``).
     """
     n = key.size
     bits = np.empty(n, np.uint64)
