@@ -213,7 +213,7 @@ def _solve_refused(solve, P, Q, limits, entry: Divergence, solver: int, R, field
     refused = np.flatnonzero(np.isnan(fields[:, 0]))
     if refused.size == 0:
         return
-    check_ratios(*as_pair(p, q))
+    _checked_pair(p, q)  # raises, naming the row and the problem, unless every row is valid
     rows_r, rows_fields = R[refused], fields[refused]
     solve(P[refused], Q[refused], limits[refused], entry.kind, entry.param, solver, rows_r, rows_fields,
           _workspace(solver, refused.size, P.shape[1]))

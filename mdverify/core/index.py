@@ -106,7 +106,7 @@ def _sort_pairs(key, weight):
 @kernel
 def _radix_passes(bits, values, low, high):
     """(bits, values) stably sorted by bits [low, high) of ``bits``: LSD passes of DIGIT_BITS,
-    skipping a digit that every key shares. May return the arrays given, sorted in place."""
+    skipping a digit that every key shares. Returns the arrays given where no pass moves a key."""
     n = bits.size
     passes = (high - low + DIGIT_BITS - 1) // DIGIT_BITS
     mask = np.uint64((1 << DIGIT_BITS) - 1)
