@@ -33,10 +33,10 @@ moved mass is p (s - key), with s = +1 (low) or -1 (high).
 
 import numpy as np
 
-from mdverify.core._fgen import f_tilde, f_tilde_prime, f_tilde_prime_at_inf
+from mdverify.core._fgen import f_tilde, f_tilde_prime, f_tilde_prime_at_inf, weighted_f_tilde_terms
 from mdverify.core.index import add_compensated, split_sides
 from mdverify.core.jit import kernel
-from mdverify.core.terms import (CHUNK, divergence_of_terms, divergence_terms, sum_weighted_f_tilde,
+from mdverify.core.terms import (CHUNK, divergence_of_terms, divergence_terms, sum_of_terms, sum_weighted_f_tilde,
                                  weighted_f_tilde)
 from mdverify.core.screen import flag_view, flagged, gather, inclusion, mark_sample, screen
 from mdverify.core.walk import A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, segment_point, solve_segment, solve_slope
@@ -469,6 +469,17 @@ def _overlap_sums(ps, qs):
 
 
 @kernel
+def _add_overlap(sums, ps, qs):
+    """Add a chunk's ``_overlap_sums`` to sums = (base, capacity_low, capacity_high) with their
+    compensations in sums[3:]. Compensated across chunks: base + m is the acceptance, to be
+    equal to the sorted walk's to the last bits (and not over 1); and the capacities, summed
+    plainly over 131072 terms, drift past DRAFTER_BALANCE."""
+    chunk = _overlap_sums(ps, qs)
+    for k in range(3):
+        sums[k], sums[3 + k] = add_compensated(sums[k], sums[3 + k], chunk[k])
+
+
+@kernel
 def _drafter_state(p, q, eps, kind, alpha, slope_limit, work):
     """(found, beyond, state, q0, base) for r = q, which accepts every drafted token and so is
     optimal when D_f(q || p) <= eps and the frontier's last slope is at most ``slope_limit`` (a
@@ -478,46 +489,110 @@ def _drafter_state(p, q, eps, kind, alpha, slope_limit, work):
 
     ``found`` also requires the sides' capacities to balance (up to DRAFTER_BALANCE): when q
     and p sum to different totals (float32 rows), the optimum stops short of r = q on one side.
-    D's terms are laid out in work[:3] (``terms.divergence_terms``); the last slope, from the
-    extreme ratios, is tested first, then D, stopped where it exceeds eps, and the rest only
-    where both pass, from those terms: on a truncated row, a pass over the tokens that carry
-    both p and q.
+    The sums are those of ``_compacted_sums``; on a row where every token has q > 0 and a
+    finite ratio, ``_complete_sums`` gives the same, bit for bit, in one pass.
     """
-    fpinf = f_tilde_prime_at_inf(kind, alpha)
-    count, zero, q0 = divergence_terms(q, p, work)
-    ratios, ps, qs = work[0, :count], work[1, :count], work[2, :count]
-    # Where q = 0 < p the ratio is 0; where it is infinite, the drafter's mass there is q0.
-    a, b = _extreme_ratios(ratios)
-    a = 0.0 if zero > 0.0 else a
-    last_slope = (fpinf if q0 > 0.0 else f_tilde_prime(kind, alpha, b)) - f_tilde_prime(kind, alpha, a)
+    complete, value, a, b, base, capacity_low, capacity_high = _complete_sums(p, q, eps, kind, alpha, work)
+    q0 = 0.0
+    if not complete:
+        value, a, b, q0, base, capacity_low, capacity_high = _compacted_sums(p, q, eps, kind, alpha, slope_limit,
+                                                                               work)
     state = np.zeros(STATE_SIZE, np.float64)
-    # D as md.divergence sums D(q || p) (bit for bit), stopped where it exceeds eps. An infinite
-    # D means mass on p = 0 tokens, where the walk never moves it (f'(inf) = inf).
-    value = divergence_of_terms(kind, alpha, work, count, zero, q0, eps) if last_slope <= slope_limit else np.inf
-    state[D] = value
-    if not (value <= eps and value < np.inf):
+    state[D] = value if _last_slope(kind, alpha, a, b, q0) <= slope_limit else np.inf
+    if not (state[D] <= eps and state[D] < np.inf):
         return False, True, state, 0.0, 0.0
-    # The rest: where q = 0 < p only the low capacity grows, by p; where the ratio is infinite
-    # only the drafter's mass there, q0 (p, if not 0, is below 1e-308). Compensated across
-    # chunks: base + m is the acceptance, to be equal to the sorted walk's to the last bits
-    # (and not over 1); and the capacities, summed plainly over 131072 terms, drift past
-    # DRAFTER_BALANCE.
-    base = base_c = capacity_high = capacity_high_c = 0.0
-    capacity_low, capacity_low_c = zero, 0.0
-    for first in range(0, count, CHUNK):
-        chunk_base, chunk_low, chunk_high = _overlap_sums(ps[first:first + CHUNK], qs[first:first + CHUNK])
-        base, base_c = add_compensated(base, base_c, chunk_base)
-        capacity_low, capacity_low_c = add_compensated(capacity_low, capacity_low_c, chunk_low)
-        capacity_high, capacity_high_c = add_compensated(capacity_high, capacity_high_c, chunk_high)
-    base += base_c
-    capacity_low += capacity_low_c
-    capacity_high += capacity_high_c
     state[M] = min(capacity_low, capacity_high + q0)
     state[A] = a
     state[B] = b
     state[FILL] = q0
     balanced = abs(capacity_low - capacity_high - q0) <= DRAFTER_BALANCE
     return balanced, False, state, q0, base
+
+
+@kernel
+def _last_slope(kind, alpha, a, b, q0):
+    """The slope dD/dm at r = q: f~'(b) - f~'(a), with f~'(inf) for b where drafter mass q0 lies
+    on tokens with p = 0."""
+    return (f_tilde_prime_at_inf(kind, alpha) if q0 > 0.0 else f_tilde_prime(kind, alpha, b)) - f_tilde_prime(
+        kind, alpha, a)
+
+
+@kernel
+def _compacted_sums(p, q, eps, kind, alpha, slope_limit, work):
+    """(D, a, b, q0, base, capacity_low, capacity_high) of r = q: D_f(q || p) as md.divergence
+    sums it (bit for bit), stopped where it exceeds eps (then nothing else is meaningful), or
+    inf where the last slope exceeds ``slope_limit``; the extreme ratios; the drafter's mass
+    where p = 0; sum min(p, q); and the two sides' capacities.
+
+    D's terms are laid out in work[:3] (``terms.divergence_terms``); the last slope, from the
+    extreme ratios, is tested first, then D, and the rest only where both pass, from those
+    terms: on a truncated row, a pass over the tokens that carry both p and q.
+    """
+    count, zero, q0 = divergence_terms(q, p, work)
+    ratios, ps, qs = work[0, :count], work[1, :count], work[2, :count]
+    # Where q = 0 < p the ratio is 0; where it is infinite, the drafter's mass there is q0.
+    a, b = _extreme_ratios(ratios)
+    a = 0.0 if zero > 0.0 else a
+    if _last_slope(kind, alpha, a, b, q0) > slope_limit:
+        return np.inf, a, b, q0, 0.0, 0.0, 0.0
+    # An infinite D means mass on p = 0 tokens, where the walk never moves it (f'(inf) = inf).
+    value = divergence_of_terms(kind, alpha, work, count, zero, q0, eps)
+    if not (value <= eps and value < np.inf):
+        return value, a, b, q0, 0.0, 0.0, 0.0
+    # The rest: where q = 0 < p only the low capacity grows, by p; where the ratio is infinite
+    # only the drafter's mass there, q0 (p, if not 0, is below 1e-308).
+    sums = np.array([0.0, zero, 0.0, 0.0, 0.0, 0.0])
+    for first in range(0, count, CHUNK):
+        _add_overlap(sums, ps[first:first + CHUNK], qs[first:first + CHUNK])
+    return value, a, b, q0, sums[0] + sums[3], sums[1] + sums[4], sums[2] + sums[5]
+
+
+@kernel
+def _complete_sums(p, q, eps, kind, alpha, work):
+    """(complete, D, a, b, base, capacity_low, capacity_high) of r = q as ``_compacted_sums``
+    gives them, in one pass over the row: chunk by chunk, each chunk's ratios and float64 p
+    and q written to work[:3] and summed while in cache. Where every token has q > 0 and a
+    finite ratio, no term is left out, the compacted layout is the row itself and every sum
+    the same, bit for bit; ``complete`` is False, and nothing else meaningful, where a token
+    has not or a term overflows (``_compacted_sums`` then sums it term by term). D stops where
+    it exceeds eps."""
+    width = min(CHUNK, p.size)
+    ratios, ps, qs = work[0, :width], work[1, :width], work[2, :width]
+    terms = np.empty(CHUNK, np.float64)
+    value = 0.0
+    a = b = 1.0
+    sums = np.zeros(6, np.float64)
+    for first in range(0, p.size, CHUNK):
+        count = min(CHUNK, p.size - first)
+        if not _chunk_of(p[first:first + count], q[first:first + count], ratios, ps, qs):
+            return False, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+        weighted_f_tilde_terms(kind, alpha, ratios, ps, 1.0, 0, count, terms)
+        value += sum_of_terms(terms, count)
+        if not value < np.inf:
+            return False, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+        if value > eps:
+            return True, value, a, b, 0.0, 0.0, 0.0
+        least, greatest = _extreme_ratios(ratios[:count])
+        a = min(a, least)
+        b = max(b, greatest)
+        _add_overlap(sums, ps[:count], qs[:count])
+    return True, value, a, b, sums[0] + sums[3], sums[1] + sums[4], sums[2] + sums[5]
+
+
+@kernel
+def _chunk_of(p, q, ratios, ps, qs):
+    """Write q/p, p and q of a chunk as float64 to ``ratios``, ``ps`` and ``qs``; return whether
+    every token has q > 0 and a finite ratio."""
+    missing = 0
+    for j in range(p.size):
+        pj = np.float64(p[j])
+        qj = np.float64(q[j])
+        t = qj / pj
+        ratios[j] = t
+        ps[j] = pj
+        qs[j] = qj
+        missing += not ((t < np.inf) & (qj > 0.0))
+    return missing == 0
 
 
 @kernel

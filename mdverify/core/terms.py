@@ -27,7 +27,8 @@ def weighted_f_tilde(kind, alpha, weight, t):
 
 
 @kernel(reassociate=True)
-def _added(terms, count):
+def sum_of_terms(terms, count):
+    """terms[0] + ... + terms[count - 1], added in an order the compiler chooses (vectorised)."""
     total = 0.0
     for j in range(count):
         total += terms[j]
@@ -50,7 +51,7 @@ def sum_weighted_f_tilde(kind, alpha, key, weight, s, start, end, initial, limit
     for first in range(start, end, CHUNK):
         count = min(CHUNK, end - first)
         weighted_f_tilde_terms(kind, alpha, key, weight, s, first, count, terms)
-        total += _added(terms, count)
+        total += sum_of_terms(terms, count)
         if limit < total < np.inf:
             return total
     if total < np.inf:
