@@ -141,6 +141,49 @@ def test_r_equals_q_is_recognised_on_long_rows():
         assert base + state[select.M] == pytest.approx(1.0, abs=1e-15)
 
 
+@pytest.mark.parametrize("family", ["LLM-like, T = 0.7", "Zipf, weak drafter noise", "unrelated drafter",
+                                    "near-identical pair"])
+def test_the_one_pass_drafter_sums_are_the_compacted_ones(family):
+    """On a row where every token has q > 0 and a finite ratio, the sums of r = q taken in one
+    pass of cached chunks (``_complete_sums``) are those of the compacted terms, bit for bit:
+    D, both extreme ratios, sum min(p, q) and both capacities; in float64 and float32, at
+    lengths that end on a part of a chunk, and where D is stopped past eps (both then exceed it)."""
+    from mdverify.bench.families import FAMILIES
+    from mdverify.core import select
+
+    for n in (131072, 1000, 300):
+        p, q = FAMILIES[family](n, np.random.default_rng(n))
+        for dtype in (np.float64, np.float32):
+            P, Q = p.astype(dtype), q.astype(dtype)
+            for name in ("kl", "reverse_kl", "jensen_shannon", "hellinger", "tv", "neyman"):
+                entry = md.divergence(name)
+                d = float(entry.value(q, p))
+                for eps in (np.inf, d, 0.5 * d):
+                    work = np.empty((4, n))
+                    complete, *one_pass = select._complete_sums(P, Q, eps, entry.kind, entry.param, work)
+                    value, a, b, q0, base, low, high = select._compacted_sums(P, Q, eps, entry.kind, entry.param,
+                                                                              np.inf, work)
+                    where = (family, n, dtype.__name__, name, eps)
+                    assert complete and q0 == 0.0, where
+                    if value > eps:
+                        assert one_pass[0] > eps, where
+                    else:
+                        assert one_pass == [value, a, b, base, low, high], where
+
+
+def test_the_one_pass_drafter_sums_leave_an_incomplete_row_to_the_compacted_ones():
+    """A token with q = 0, p = 0 or a ratio that overflows makes ``_complete_sums`` decline."""
+    from mdverify.core import select
+
+    entry = md.divergence("kl")
+    rng = np.random.default_rng(0)
+    for where in (0, 700, 1999):
+        for p_value, q_value in ((0.3, 0.0), (0.0, 0.3), (1e-310, 0.3)):
+            p, q = rng.dirichlet(np.ones(2000)), rng.dirichlet(np.ones(2000))
+            p[where], q[where] = p_value, q_value
+            assert not select._complete_sums(p, q, np.inf, entry.kind, entry.param, np.empty((4, 2000)))[0]
+
+
 def test_extreme_ratios_compare_bits_as_values():
     """The drafter test's extremes (compared as bits) are numpy's min and max with 1, over zeros,
     subnormals and ratios up to the float maximum."""
