@@ -171,14 +171,29 @@ def test_the_one_pass_drafter_sums_are_the_compacted_ones(family):
                         assert one_pass == [value, a, b, base, low, high], where
 
 
-def test_the_one_pass_drafter_sums_leave_an_incomplete_row_to_the_compacted_ones():
-    """A token with q = 0, p = 0 or a ratio that overflows makes ``_complete_sums`` decline."""
+def test_the_one_pass_drafter_sums_take_padding_and_leave_other_gaps_to_the_compacted_ones():
+    """Tokens with p = q = 0 at the end of a row (a vocabulary's padding), from within a chunk,
+    from a chunk's start or over several chunks, leave the one-pass sums those of the compacted
+    terms, bit for bit. A token with q = 0, p = 0 < q or a ratio that overflows, or padding
+    before the end, makes ``_complete_sums`` decline."""
     from mdverify.core import select
 
-    entry = md.divergence("kl")
     rng = np.random.default_rng(0)
+    for name in ("kl", "hellinger", "tv"):
+        entry = md.divergence(name)
+        for start in (1000, 1536, 1700, 1999):
+            p, q = rng.dirichlet(np.ones(start)), rng.dirichlet(np.ones(start))
+            p, q = np.concatenate([p, np.zeros(2048 - start)]), np.concatenate([q, np.zeros(2048 - start)])
+            work = np.empty((4, 2048))
+            complete, *one_pass = select._complete_sums(p, q, np.inf, entry.kind, entry.param, work)
+            value, a, b, q0, base, low, high = select._compacted_sums(p, q, np.inf, entry.kind, entry.param, np.inf,
+                                                                      work)
+            assert complete and one_pass == [value, a, b, base, low, high], (name, start)
+    entry = md.divergence("kl")
     for where in (0, 700, 1999):
-        for p_value, q_value in ((0.3, 0.0), (0.0, 0.3), (1e-310, 0.3)):
+        for p_value, q_value in ((0.3, 0.0), (0.0, 0.3), (1e-310, 0.3), (0.0, 0.0)):
+            if (p_value, q_value) == (0.0, 0.0) and where == 1999:
+                continue  # padding at the end
             p, q = rng.dirichlet(np.ones(2000)), rng.dirichlet(np.ones(2000))
             p[where], q[where] = p_value, q_value
             assert not select._complete_sums(p, q, np.inf, entry.kind, entry.param, np.empty((4, 2000)))[0]

@@ -553,9 +553,11 @@ def _complete_sums(p, q, eps, kind, alpha, work):
     gives them, in one pass over the row: chunk by chunk, each chunk's ratios and float64 p
     and q written to work[:3] and summed while in cache. Where every token has q > 0 and a
     finite ratio, no term is left out, the compacted layout is the row itself and every sum
-    the same, bit for bit; ``complete`` is False, and nothing else meaningful, where a token
-    has not or a term overflows (``_compacted_sums`` then sums it term by term). D stops where
-    it exceeds eps."""
+    the same, bit for bit. It is so too where the tokens without them all come last and have
+    p = q = 0 (a vocabulary's padding: they add nothing, and the layout ends where they
+    start). ``complete`` is False, and nothing else meaningful, where other tokens lack them
+    or a term overflows (``_compacted_sums`` then sums it term by term). D stops where it
+    exceeds eps."""
     width = min(CHUNK, p.size)
     ratios, ps, qs = work[0, :width], work[1, :width], work[2, :width]
     terms = np.empty(CHUNK, np.float64)
@@ -564,8 +566,11 @@ def _complete_sums(p, q, eps, kind, alpha, work):
     sums = np.zeros(6, np.float64)
     for first in range(0, p.size, CHUNK):
         count = min(CHUNK, p.size - first)
-        if not _chunk_of(p[first:first + count], q[first:first + count], ratios, ps, qs):
-            return False, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+        padded = not _chunk_of(p[first:first + count], q[first:first + count], ratios, ps, qs)
+        if padded:
+            count = _padded_from(p, q, first)
+            if count < 0:
+                return False, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
         weighted_f_tilde_terms(kind, alpha, ratios, ps, 1.0, 0, count, terms)
         value += sum_of_terms(terms, count)
         if not value < np.inf:
@@ -576,7 +581,23 @@ def _complete_sums(p, q, eps, kind, alpha, work):
         a = min(a, least)
         b = max(b, greatest)
         _add_overlap(sums, ps[:count], qs[:count])
+        if padded:  # the rest of the row adds nothing
+            break
     return True, value, a, b, sums[0] + sums[3], sums[1] + sums[4], sums[2] + sums[5]
+
+
+@kernel
+def _padded_from(p, q, first):
+    """The number of tokens from ``first`` on that have q > 0 and a finite ratio, where every
+    token after them has p = q = 0 (the row ends in padding); else -1."""
+    end = p.size
+    while end > first and p[end - 1] == 0.0 and q[end - 1] == 0.0:
+        end -= 1
+    for i in range(first, end):
+        t = np.float64(q[i]) / np.float64(p[i])
+        if not (t < np.inf and q[i] > 0.0):
+            return -1
+    return end - first
 
 
 @kernel
