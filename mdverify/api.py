@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, replace
 
@@ -62,7 +63,7 @@ class MentorResult:
 
 def _result(r: np.ndarray, fields: np.ndarray, batch_shape: tuple[int, ...]) -> MentorResult:
     if not batch_shape:  # one row: numpy scalars
-        return MentorResult(r, *(fields[0, j] for j in range(len(kernels.FIELDS))))
+        return MentorResult(r, *fields[0])
     return MentorResult(r, *(fields[:, j].reshape(batch_shape) for j in range(len(kernels.FIELDS))))
 
 
@@ -76,7 +77,7 @@ def _workspace(solver: int, rows: int, n: int) -> np.ndarray:
     (width n), and that workspace is kept per Python thread: at n = 131072 the page faults of
     a fresh one cost as much as a solve.
     """
-    chunks = max(1, min(rows, numba.get_num_threads()))
+    chunks = 1 if rows == 1 else max(1, min(rows, numba.get_num_threads()))
     if solver != kernels.SELECT:
         return np.empty((chunks, 4, 0))
     work = getattr(_local, "work", None)
@@ -210,9 +211,9 @@ def _solve_refused(solve, P, Q, limits, entry: Divergence, solver: int, R, field
     """After a checked solve (``core.mentor.CHECKED``), the rows its check refused, whose fields
     are nan: the checks that name what is wrong raise; a row they accept after all (a p below
     the smallest normal float whose ratio with q does not overflow) is solved unchecked."""
-    refused = np.flatnonzero(np.isnan(fields[:, 0]))
-    if refused.size == 0:
+    if not math.isnan(fields[:, 0].sum()):  # acceptances are finite: nan only where refused
         return
+    refused = np.flatnonzero(np.isnan(fields[:, 0]))
     _checked_pair(p, q)  # raises, naming the row and the problem, unless every row is valid
     rows_r, rows_fields = R[refused], fields[refused]
     solve(P[refused], Q[refused], limits[refused], entry.kind, entry.param, solver, rows_r, rows_fields,
