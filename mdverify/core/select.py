@@ -490,7 +490,8 @@ def _drafter_state(p, q, eps, kind, alpha, slope_limit, work):
     ``found`` also requires the sides' capacities to balance (up to DRAFTER_BALANCE): when q
     and p sum to different totals (float32 rows), the optimum stops short of r = q on one side.
     The sums are those of ``_compacted_sums``; on a row where every token has q > 0 and a
-    finite ratio, ``_complete_sums`` gives the same, bit for bit, in one pass.
+    finite ratio (or that ends in padding), ``_complete_sums`` gives the same, bit for bit, in
+    one pass.
     """
     complete, value, a, b, base, capacity_low, capacity_high = _complete_sums(p, q, eps, kind, alpha, work)
     q0 = 0.0
