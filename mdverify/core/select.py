@@ -36,8 +36,8 @@ import numpy as np
 from mdverify.core._fgen import f_tilde, f_tilde_prime, f_tilde_prime_at_inf, weighted_f_tilde_terms
 from mdverify.core.index import add_compensated, split_sides
 from mdverify.core.jit import kernel
-from mdverify.core.terms import (CHUNK, divergence_of_terms, divergence_terms, sum_of_terms, sum_weighted_f_tilde,
-                                 weighted_f_tilde)
+from mdverify.core.terms import (CHUNK, divergence_of_terms, divergence_terms, needs_f_tilde, sum_of_terms,
+                                 sum_weighted_f_tilde, weighted_f_tilde)
 from mdverify.core.screen import flag_view, flagged, gather, inclusion, mark_sample, screen
 from mdverify.core.walk import A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, segment_point, solve_segment, solve_slope
 
@@ -480,6 +480,12 @@ def _add_overlap(sums, ps, qs):
 
 
 @kernel
+def _overlap_totals(sums):
+    """(base, capacity_low, capacity_high) of the sums ``_add_overlap`` keeps."""
+    return sums[0] + sums[3], sums[1] + sums[4], sums[2] + sums[5]
+
+
+@kernel
 def _drafter_state(p, q, eps, kind, alpha, slope_limit, work):
     """(found, beyond, state, q0, base) for r = q, which accepts every drafted token and so is
     optimal when D_f(q || p) <= eps and the frontier's last slope is at most ``slope_limit`` (a
@@ -545,7 +551,7 @@ def _compacted_sums(p, q, eps, kind, alpha, slope_limit, work):
     sums = np.array([0.0, zero, 0.0, 0.0, 0.0, 0.0])
     for first in range(0, count, CHUNK):
         _add_overlap(sums, ps[first:first + CHUNK], qs[first:first + CHUNK])
-    return value, a, b, q0, sums[0] + sums[3], sums[1] + sums[4], sums[2] + sums[5]
+    return (value, a, b, q0) + _overlap_totals(sums)
 
 
 @kernel
@@ -584,7 +590,7 @@ def _complete_sums(p, q, eps, kind, alpha, work):
         _add_overlap(sums, ps[:count], qs[:count])
         if padded:  # the rest of the row adds nothing
             break
-    return True, value, a, b, sums[0] + sums[3], sums[1] + sums[4], sums[2] + sums[5]
+    return (True, value, a, b) + _overlap_totals(sums)
 
 
 @kernel
@@ -595,8 +601,8 @@ def _padded_from(p, q, first):
     while end > first and p[end - 1] == 0.0 and q[end - 1] == 0.0:
         end -= 1
     for i in range(first, end):
-        t = np.float64(q[i]) / np.float64(p[i])
-        if not (t < np.inf and q[i] > 0.0):
+        qi = np.float64(q[i])
+        if not needs_f_tilde(qi / np.float64(p[i]), qi):
             return -1
     return end - first
 
@@ -613,7 +619,7 @@ def _chunk_of(p, q, ratios, ps, qs):
         ratios[j] = t
         ps[j] = pj
         qs[j] = qj
-        missing += not ((t < np.inf) & (qj > 0.0))
+        missing += not needs_f_tilde(t, qj)
     return missing == 0
 
 

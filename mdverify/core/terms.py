@@ -64,6 +64,13 @@ def sum_weighted_f_tilde(kind, alpha, key, weight, s, start, end, initial, limit
     return total
 
 
+@kernel(inline=True)
+def needs_f_tilde(t, r):
+    """Whether a token of ratio t = r/p carries a term p f~(t) of D_f(r || p): 0 < r and t finite
+    (``divergence_terms`` lays out exactly these)."""
+    return (t < np.inf) & (r > 0.0)
+
+
 @kernel
 def divergence_terms(r, p, terms):
     """The terms of D_f(r || p), laid out for ``divergence_of_terms``: in row order, the ratios
@@ -82,7 +89,7 @@ def divergence_terms(r, p, terms):
         terms[0, count] = t
         terms[1, count] = pi
         terms[2, count] = ri
-        count += finite & (ri > 0.0)
+        count += needs_f_tilde(t, ri)
         zero, zero_c = add_compensated(zero, zero_c, pi if ri == 0.0 else 0.0)
         spilled += 0.0 if finite else ri
     return count, zero + zero_c, spilled
