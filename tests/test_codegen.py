@@ -230,3 +230,22 @@ def test_branch_free_f_tilde_is_f_tilde(name, a):
     with np.errstate(invalid="ignore"):  # inf - inf where f~ overflows in both
         same = (got == want) | (np.isnan(got) & np.isnan(want)) | (np.abs(got - want) <= 1e-13 * np.abs(want))
     assert same.all(), (entry.name, grid[~same][:5], got[~same][:5], want[~same][:5])
+
+
+def test_branch_free_f_tilde_takes_each_logarithm_once():
+    """A branch-free f~ computes both pieces and keeps one: their logarithms are paired
+    (``codegen._shared_logs``), so it takes as many as the piece with the most, not their sum,
+    and each piece is printed as before (the one kept computes the same bits)."""
+    from sympy import log as sp_log
+
+    for kind, f in enumerate(codegen.choose_forms(codegen._families())):
+        low, (high, _) = f.low["f_tilde"], f.high["f_tilde"]
+        source = codegen._branch_free_f_tilde(kind, f)
+        calls = source.count("log(")
+        assert calls == max(len(low.atoms(sp_log)), len(high.atoms(sp_log))), (f.name, source)
+        slots, low_logs, high_logs = codegen._shared_logs(low, high)
+        assert codegen._vector_code(low, low_logs) in source
+        plain = codegen._vector_code(low)
+        for expr, name in low_logs.items():
+            plain = plain.replace(codegen._vector_code(expr), name)
+        assert plain == codegen._vector_code(low, low_logs), f.name

@@ -346,8 +346,9 @@ def f_tilde_kind0(a, t):
 @inline_kernel
 def f_tilde_kind1(a, t):
     """f~(t) of kl: ``f_tilde``'s pieces, each computed and one kept, with ``fastlog.log``."""
-    high = t*log(t) - t + 1
-    low = t*log(t) - t + 1
+    log0 = log(t)
+    high = t*log0 - t + 1
+    low = t*log0 - t + 1
     value = low if t <= 1.0 else high
     w = t - 1.0
     near = w**2*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*((1/240)*w - 1/210) + 1/182) - 1/156) + 1/132) - 1/110) + 1/90) - 1/72) + 1/56) - 1/42) + 1/30) - 1/20) + 1/12) - 1/6) + 1/2)
@@ -357,8 +358,9 @@ def f_tilde_kind1(a, t):
 @inline_kernel
 def f_tilde_kind2(a, t):
     """f~(t) of reverse_kl: ``f_tilde``'s pieces, each computed and one kept, with ``fastlog.log``."""
-    high = t - log(t) - 1
-    low = t - log(t) - 1
+    log0 = log(t)
+    high = t - log0 - 1
+    low = t - log0 - 1
     value = low if t <= 1.0 else high
     w = t - 1.0
     near = w**2*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*((1/16)*w - 1/15) + 1/14) - 1/13) + 1/12) - 1/11) + 1/10) - 1/9) + 1/8) - 1/7) + 1/6) - 1/5) + 1/4) - 1/3) + 1/2)
@@ -402,8 +404,10 @@ def f_tilde_kind5(a, t):
 def f_tilde_kind6(a, t):
     """f~(t) of jensen_shannon: ``f_tilde``'s pieces, each computed and one kept, with ``fastlog.log``."""
     u = 1.0 / t
-    high = t * (-1/2*(u*log(1/2 + (1/2)/u) + log(u) + log(1/2 + (1/2)/u)))
-    low = (1/2)*t*log(t) - 1/2*(t + 1)*log((1/2)*t + 1/2)
+    log0 = log(t if t <= 1.0 else u)
+    log1 = log((1/2)*t + 1/2 if t <= 1.0 else 1/2 + (1/2)/u)
+    high = t * (-1/2*(u*log1 + log0 + log1))
+    low = (1/2)*t*log0 - 1/2*(t + 1)*log1
     value = low if t <= 1.0 else high
     w = t - 1.0
     near = w**2*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*((32767/15728640)*w - 5461/2293760) + 8191/2981888) - 105/32768) + 2047/540672) - 93/20480) + 511/92160) - 85/12288) + 127/14336) - 3/256) + 31/1920) - 3/128) + 7/192) - 1/16) + 1/8)
@@ -425,8 +429,9 @@ def f_tilde_kind7(a, t):
 @inline_kernel
 def f_tilde_kind8(a, t):
     """f~(t) of jeffreys: ``f_tilde``'s pieces, each computed and one kept, with ``fastlog.log``."""
-    high = (t - 1)*log(t)
-    low = (t - 1)*log(t)
+    log0 = log(t)
+    high = (t - 1)*log0
+    low = (t - 1)*log0
     value = low if t <= 1.0 else high
     w = t - 1.0
     near = w**2*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*((1/15)*w - 1/14) + 1/13) - 1/12) + 1/11) - 1/10) + 1/9) - 1/8) + 1/7) - 1/6) + 1/5) - 1/4) + 1/3) - 1/2) + 1)

@@ -76,14 +76,19 @@ def _code(expr: sp.Expr) -> str:
 
 
 class _VectorPrinter(_Printer):
-    """``_Printer`` with ``core.fastlog.log`` for the logarithm: no call, so a loop vectorises."""
+    """``_Printer`` with ``core.fastlog.log`` for the logarithm: no call, so a loop vectorises;
+    a logarithm named in ``computed`` is printed as the name of the variable that holds it."""
+
+    def __init__(self, computed: dict | None = None):
+        super().__init__()
+        self.computed = computed or {}
 
     def _print_log(self, expr):
-        return f"log({self._print(expr.args[0])})"
+        return self.computed.get(expr) or f"log({self._print(expr.args[0])})"
 
 
-def _vector_code(expr: sp.Expr) -> str:
-    return _VectorPrinter().doprint(sp.sympify(expr))
+def _vector_code(expr: sp.Expr, computed: dict | None = None) -> str:
+    return _VectorPrinter(computed).doprint(sp.sympify(expr))
 
 
 # Numerical form selection. sympy offers several equivalent forms of each expression and
@@ -376,8 +381,11 @@ def _branch_free_f_tilde(kind: int, f: Forms) -> str:
              f'    """f~(t) of {f.name}: ``f_tilde``\'s pieces, each computed and one kept, with ``fastlog.log``."""']
     if in_u:
         lines += ["    u = 1.0 / t"]
-    lines += [f"    high = {_high_code((high, in_u), T_FUNCTIONS['f_tilde'][1], _vector_code)}",
-              f"    low = {_vector_code(f.low['f_tilde'])}",
+    low = f.low["f_tilde"]
+    slots, low_logs, high_logs = _shared_logs(low, high)
+    lines += [f"    {name} = {code}" for name, code in slots]
+    lines += [f"    high = {_high_code((high, in_u), T_FUNCTIONS['f_tilde'][1], lambda e: _vector_code(e, high_logs))}",
+              f"    low = {_vector_code(low, low_logs)}",
               "    value = low if t <= 1.0 else high"]
     if near is not None:
         lines += ["    w = t - 1.0", f"    near = {_vector_code(near)}",
@@ -386,6 +394,28 @@ def _branch_free_f_tilde(kind: int, f: Forms) -> str:
     at_zero = _code(at_zero) if at_zero.free_symbols or not at_zero.is_finite else repr(float(at_zero))  # no call per t
     lines += [f"    return float({at_zero}) if t == 0.0 else float(value)", "", ""]
     return "\n".join(lines)
+
+
+def _shared_logs(low: sp.Expr, high: sp.Expr) -> tuple[list[tuple[str, str]], dict, dict]:
+    """(slots, low_logs, high_logs): the logarithms of the two pieces paired, each pair computed
+    once, as the log of the argument of the piece that applies (t <= 1: low's), in a slot
+    (name, code); and per piece its logarithms' slot names, to print in their place.
+
+    A branch-free f~ computes both pieces and keeps one, so a logarithm that only the other
+    piece takes is wasted, and the logarithm is the costly operation (jensen_shannon's
+    pieces take two each). The pieces are printed as before, so the one kept is computed
+    from the same values in the same order, bit for bit."""
+    def logs(expr):  # those inside another's argument stay there
+        return sorted((x for x in expr.atoms(sp.log) if not x.args[0].has(sp.log)), key=sp.default_sort_key)
+
+    slots, low_logs, high_logs = [], {}, {}
+    for k, (low_log, high_log) in enumerate(zip(logs(low), logs(high))):
+        name = f"log{k}"
+        argument = (_vector_code(low_log.args[0]) if low_log == high_log else
+                    f"{_vector_code(low_log.args[0])} if t <= 1.0 else {_vector_code(high_log.args[0])}")
+        slots.append((name, f"log({argument})"))
+        low_logs[low_log], high_logs[high_log] = name, name
+    return slots, low_logs, high_logs
 
 
 def _weighted_f_tilde_terms(forms: list[Forms]) -> str:
