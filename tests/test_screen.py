@@ -120,9 +120,9 @@ def test_sample_takes_tokens_by_mass_and_is_deterministic():
     p, q = (x[0] for x in llm_rows(131072, 1, seed=3))
     work = np.zeros((4, p.size))
     flags = screen.flag_view(work[3], p.size)
-    screen.mark_sample(p, q, select.SAMPLE_SIZE, flags)
+    screen.mark_sample(p, q, select.SAMPLE_SIZE, flags, False)
     taken = flags[: p.size].astype(bool).copy()
-    screen.mark_sample(p, q, select.SAMPLE_SIZE, flags)
+    screen.mark_sample(p, q, select.SAMPLE_SIZE, flags, False)
     np.testing.assert_array_equal(flags[: p.size].astype(bool), taken)
     inclusion = np.minimum(1.0, (np.maximum(p, q) + 1 / p.size) * select.SAMPLE_SIZE)
     assert taken[inclusion == 1.0].all()
@@ -191,3 +191,23 @@ def test_flagged_reads_words_and_ignores_the_padding(n):
     positions = np.full(n, -1, np.int64)
     count = screen.flagged(flags, n, positions)
     np.testing.assert_array_equal(positions[:count], np.flatnonzero(flags[:n]))
+
+
+def test_the_sample_pass_checks_the_row_as_row_valid_does():
+    """``mark_sample``'s verdict, from the pass that samples the row, is ``checks.row_valid``'s."""
+    from mdverify.core.checks import row_valid
+
+    rng = np.random.default_rng(5)
+    p, q = rng.dirichlet(np.ones(4096)), rng.dirichlet(np.ones(4096))
+    flags = screen.flag_view(np.zeros(4096), 4096)
+    broken = {"valid": lambda p, q: None, "nan": lambda p, q: p.__setitem__(7, np.nan),
+              "inf in q": lambda p, q: q.__setitem__(9, np.inf), "negative q": lambda p, q: q.__setitem__(3, -1e-9),
+              "sum": lambda p, q: p.__setitem__(0, p[0] + 1e-5),
+              "subnormal p": lambda p, q: p.__setitem__(5, 1e-310)}
+    for name, breaking in broken.items():
+        for dtype, tolerance in ((np.float64, 1e-6), (np.float32, 1e-4)):
+            pb, qb = p.astype(dtype), q.astype(dtype)
+            breaking(pb, qb)
+            verdict = screen.mark_sample(pb, qb, 256, flags, True)[1]
+            assert verdict == row_valid(pb, qb, tolerance), (name, dtype)
+            assert verdict == (name == "valid") or dtype == np.float32, name  # 1e-310 and +1e-5 vanish in float32

@@ -222,7 +222,7 @@ def test_a_truncated_drafter_is_screened_by_its_zero_ratios():
     for name, eps in (("reverse_kl", 10.0), ("kl", 1e-4), ("tv", 0.01)):
         entry = md.divergence(name)
         work = np.empty((4, p.size))
-        levels, _, in_range = select._sample_bounds(p, q, eps, entry.kind, entry.param, work, np.inf)
+        _, levels, _, in_range = select._sample_bounds(p, q, eps, entry.kind, entry.param, work, np.inf, False)
         assert in_range and levels[0, 0] > 0.0, name
         flags = screen.flag_view(work[3], p.size)
         n_low = screen.screen(p, q, tuple(levels[0]), flags)[10]
@@ -244,7 +244,7 @@ def test_short_rows_at_their_drafter_budget_end_at_r_equals_q():
         entry = md.divergence(name)
         for p, q in zip(P, Q):
             eps = float(entry.value(q, p))
-            state = select.select_walk(p, q, eps, entry.kind, entry.param, np.empty((4, p.size)))[0]
+            state = select.select_walk(p, q, eps, entry.kind, entry.param, np.empty((4, p.size)), False)[1]
             assert state[select.D] <= eps, name  # (where it ends an ulp short of m_max, binding)
             res = md.mentor(p, q, eps, entry, method="select")
             assert res.acceptance == pytest.approx(1.0, abs=1e-12) and res.divergence_value <= eps, name
@@ -263,7 +263,7 @@ def test_a_screened_end_an_ulp_over_the_drafter_budget_is_r_equals_q():
     p, q = FAMILIES[name](131072, np.random.default_rng(1000 + families.index(name)))
     entry = md.divergence("tv")
     eps = float(entry.value(q, p))
-    state, binding, q0, base = select.select_walk(p, q, eps, entry.kind, entry.param, np.empty((4, p.size)))
+    _, state, binding, q0, base = select.select_walk(p, q, eps, entry.kind, entry.param, np.empty((4, p.size)), False)
     assert state[select.D] == eps and not binding
     assert base + state[select.M] == pytest.approx(1.0, abs=1e-15)
     sorted_ = md.mentor(p, q, eps, entry, method="sorted")

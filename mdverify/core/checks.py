@@ -14,6 +14,18 @@ from mdverify.core.jit import kernel
 SMALLEST_NORMAL = np.finfo(np.float64).tiny
 
 
+@kernel(inline=True)
+def invalid_entries(pj, qj):
+    """How many of the tests an entry fails: p < 0, q < 0, 0 < p below the smallest normal."""
+    return (pj < 0.0) + (qj < 0.0) + ((pj > 0.0) & (pj < SMALLEST_NORMAL))
+
+
+@kernel
+def sums_valid(sum_p, sum_q, invalid, tolerance):
+    """The verdict of ``row_valid`` from its sums and its count of ``invalid_entries``."""
+    return abs(sum_p - 1.0) <= tolerance and abs(sum_q - 1.0) <= tolerance and invalid == 0.0
+
+
 @kernel(reassociate=True)
 def row_valid(p, q, tolerance):
     """True when p and q (one row each) sum to 1 within ``tolerance``, have no negative entry,
@@ -21,14 +33,14 @@ def row_valid(p, q, tolerance):
     row's sum nan or inf, so the sum test catches it too."""
     sum_p = 0.0
     sum_q = 0.0
-    bad = 0.0
+    invalid = 0.0
     for j in range(p.size):
         pj = np.float64(p[j])
         qj = np.float64(q[j])
         sum_p += pj
         sum_q += qj
-        bad += (pj < 0.0) + (qj < 0.0) + ((pj > 0.0) & (pj < SMALLEST_NORMAL))
-    return abs(sum_p - 1.0) <= tolerance and abs(sum_q - 1.0) <= tolerance and bad == 0.0
+        invalid += invalid_entries(pj, qj)
+    return sums_valid(sum_p, sum_q, invalid, tolerance)
 
 
 @kernel

@@ -80,13 +80,18 @@ def mentor_row(p, q, eps, kind, alpha, r, out):
 
 
 @kernel
-def mentor_row_select(p, q, eps, kind, alpha, r, out, work):
+def mentor_row_select(p, q, eps, kind, alpha, r, out, work, check=False):
     """``mentor_row`` by the sort-free solver of ``core.select`` (expected O(n)).
 
     The same arguments, plus ``work``: a float64 workspace of shape (4, n) or wider, reused
-    across calls (a fresh allocation per call costs more than the solve at large n).
+    across calls (a fresh allocation per call costs more than the solve at large n); and
+    ``check``: check the row as ``checks.row_valid`` does (a long row in a pass the solver
+    makes anyway) and leave one that fails unsolved, its fields nan.
     """
-    state, binding, q0, base = select_walk(p, q, eps, kind, alpha, work)
+    valid, state, binding, q0, base = select_walk(p, q, eps, kind, alpha, work, check)
+    if not valid:
+        out[:] = np.nan
+        return
     if not state[D] <= eps:
         # Rounding at a degenerate end: where both sides' capacities agree to the last bits, the
         # search's sums can place the end at a threshold whose D is over the budget (inf where
@@ -98,15 +103,15 @@ def mentor_row_select(p, q, eps, kind, alpha, r, out, work):
 
 #: Solver codes of ``mentor_rows`` and ``price_rows``. CHECKED added to one (SELECT | CHECKED)
 #: checks each row first, as ``checks.rows_valid`` does, and leaves a row that fails unsolved,
-#: its fields nan: so checked, a row is read while the solve's first pass finds it in cache,
-#: and rows are checked in parallel.
+#: its fields nan: so checked, a row is read while the solve's first pass finds it in cache
+#: (the sort-free solver checks a long row in its first pass), and rows are checked in parallel.
 SORTED, SELECT, CHECKED = 0, 1, 2
 
 
 @kernel
 def _to_solve(method, p, q, out):
-    """Whether a row is to be solved: ``method`` asks for no check, or the row passes it (else
-    its fields are set to nan)."""
+    """Whether a row is to be solved by ``mentor_row`` or ``price_row``: ``method`` asks for no
+    check, or the row passes it (else its fields are set to nan)."""
     if method & CHECKED and not row_valid(p, q, sum_tolerance(p)):
         out[:] = np.nan
         return False
@@ -115,10 +120,11 @@ def _to_solve(method, p, q, out):
 
 @kernel
 def mentor_row_by(method, p, q, eps, kind, alpha, r, out, work):
-    """``mentor_row_select`` when ``method`` is SELECT, else ``mentor_row`` (which ignores ``work``)."""
-    if method == SELECT:
-        mentor_row_select(p, q, eps, kind, alpha, r, out, work)
-    else:
+    """``mentor_row_select`` when ``method`` has SELECT, else ``mentor_row`` (which ignores
+    ``work``); either checking the row first where it has CHECKED."""
+    if method & SELECT:
+        mentor_row_select(p, q, eps, kind, alpha, r, out, work, method & CHECKED != 0)
+    elif _to_solve(method, p, q, out):
         mentor_row(p, q, eps, kind, alpha, r, out)
 
 
@@ -137,8 +143,7 @@ def mentor_rows(P, Q, eps, kind, alpha, method, R, out, work):
     chunks = work.shape[0]
     for c in prange(chunks):
         for i in range(c * rows // chunks, (c + 1) * rows // chunks):
-            if _to_solve(method, P[i], Q[i], out[i]):
-                mentor_row_by(method & SELECT, P[i], Q[i], eps[i], kind, alpha, R[i], out[i], work[c])
+            mentor_row_by(method, P[i], Q[i], eps[i], kind, alpha, R[i], out[i], work[c])
 
 
 @kernel
@@ -163,12 +168,16 @@ def price_row(p, q, price, kind, alpha, r, out):
 
 
 @kernel
-def price_row_select(p, q, price, kind, alpha, r, out, work):
-    """``price_row`` by the sort-free search (``core.select.select_price_walk``, expected O(n))."""
+def price_row_select(p, q, price, kind, alpha, r, out, work, check=False):
+    """``price_row`` by the sort-free search (``core.select.select_price_walk``, expected O(n));
+    ``check`` as in ``mentor_row_select``."""
     if price == np.inf:
-        mentor_row_select(p, q, 0.0, kind, alpha, r, out, work)
+        mentor_row_select(p, q, 0.0, kind, alpha, r, out, work, check)
         return
-    state, inside, q0, base = select_price_walk(p, q, price, kind, alpha, work)
+    valid, state, inside, q0, base = select_price_walk(p, q, price, kind, alpha, work, check)
+    if not valid:
+        out[:] = np.nan
+        return
     if not state[D] < np.inf:  # a degenerate end, as in ``mentor_row_select``: the walk never steps there
         price_row(p, q, price, kind, alpha, r, out)
         return
@@ -180,10 +189,11 @@ def price_row_select(p, q, price, kind, alpha, r, out, work):
 
 @kernel
 def price_row_by(method, p, q, price, kind, alpha, r, out, work):
-    """``price_row_select`` when ``method`` is SELECT, else ``price_row`` (which ignores ``work``)."""
-    if method == SELECT:
-        price_row_select(p, q, price, kind, alpha, r, out, work)
-    else:
+    """``price_row_select`` when ``method`` has SELECT, else ``price_row`` (which ignores
+    ``work``); either checking the row first where it has CHECKED."""
+    if method & SELECT:
+        price_row_select(p, q, price, kind, alpha, r, out, work, method & CHECKED != 0)
+    elif _to_solve(method, p, q, out):
         price_row(p, q, price, kind, alpha, r, out)
 
 
@@ -195,8 +205,7 @@ def price_rows(P, Q, prices, kind, alpha, method, R, out, work):
     chunks = work.shape[0]
     for c in prange(chunks):
         for i in range(c * rows // chunks, (c + 1) * rows // chunks):
-            if _to_solve(method, P[i], Q[i], out[i]):
-                price_row_by(method & SELECT, P[i], Q[i], prices[i], kind, alpha, R[i], out[i], work[c])
+            price_row_by(method, P[i], Q[i], prices[i], kind, alpha, R[i], out[i], work[c])
 
 
 @kernel

@@ -26,6 +26,7 @@ import sys
 
 import numpy as np
 
+from mdverify.core.checks import invalid_entries, sum_tolerance, sums_valid
 from mdverify.core.jit import kernel
 
 _LITTLE_ENDIAN = sys.byteorder == "little"
@@ -56,8 +57,8 @@ def inclusion(p, q, i, size):
     return min(1.0, (max(np.float64(p[i]), np.float64(q[i])) + 1.0 / p.size) * size)
 
 
-@kernel
-def mark_sample(p, q, size, flags):
+@kernel(reassociate=True)
+def mark_sample(p, q, size, flags, check):
     """flags[i] = 1 for a sample that takes token i with probability ``inclusion``, else 0.
 
     Half the sample goes in proportion to the mass max(p_i, q_i), so that sums of p or q over a
@@ -67,15 +68,29 @@ def mark_sample(p, q, size, flags):
     deterministic and evenly spread over positions; its expected size is
     sum_i inclusion_i <= 3 ``size``.
 
-    Returns whether the row is in the screen's range (SCREEN_P_MIN).
+    Returns (in_range, valid): whether the row is in the screen's range (SCREEN_P_MIN), and,
+    with ``check``, ``checks.row_valid``'s verdict from the same pass (else True). Its sums
+    are reassociated, so that the loop vectorises; that changes their rounding alone.
     """
     outside = False
-    for i in range(p.size):
+    sum_p = sum_q = invalid = 0.0
+    if check:
+        for i in range(p.size):
+            u = np.float64((np.uint64(i) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(11)) * 2.0 ** -53
+            flags[i] = u < inclusion(p, q, i, size)
+            pi = np.float64(p[i])
+            qi = np.float64(q[i])
+            outside |= (pi > 0.0) & (pi < SCREEN_P_MIN)
+            sum_p += pi
+            sum_q += qi
+            invalid += invalid_entries(pi, qi)
+        return not outside, sums_valid(sum_p, sum_q, invalid, sum_tolerance(p))
+    for i in range(p.size):  # the same loop without the check's sums
         u = np.float64((np.uint64(i) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(11)) * 2.0 ** -53
         flags[i] = u < inclusion(p, q, i, size)
         pi = np.float64(p[i])
         outside |= (pi > 0.0) & (pi < SCREEN_P_MIN)
-    return not outside
+    return not outside, True
 
 
 @kernel

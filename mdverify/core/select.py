@@ -34,6 +34,7 @@ moved mass is p (s - key), with s = +1 (low) or -1 (high).
 import numpy as np
 
 from mdverify.core._fgen import f_tilde, f_tilde_prime, f_tilde_prime_at_inf, weighted_f_tilde_terms
+from mdverify.core.checks import row_valid, sum_tolerance
 from mdverify.core.index import add_compensated, split_sides
 from mdverify.core.jit import kernel
 from mdverify.core.terms import (CHUNK, divergence_of_terms, divergence_terms, needs_f_tilde, sum_of_terms,
@@ -102,12 +103,14 @@ def _mix(x):
 
 
 @kernel
-def _pivot(key, lo, hi):
+def _pivot(key, lo, hi, scratch):
     """Median of PIVOT_SAMPLES (or 9, or 3) undecided keys at positions drawn by hashing (lo, hi).
 
     Token order often follows the ratios (vocabularies sorted by frequency), so fixed
     positions would give poor pivots; the hash makes the choice deterministic yet unrelated
-    to that order, and the median of several keeps the split near the middle.
+    to that order, and the median of several keeps the split near the middle. The picks are
+    sorted by insertion in scratch[0] (``_partition``'s scratch), not in an array of their
+    own: short rows take many pivots, and an allocation costs more than the sort.
     """
     width = np.uint64(hi - lo)
     seed = np.uint64(lo) * np.uint64(0x100000001B3) + np.uint64(hi)
@@ -117,11 +120,14 @@ def _pivot(key, lo, hi):
         z = key[lo + np.int64(_mix(seed + np.uint64(2)) % width)]
         return max(min(x, y), min(max(x, y), z))
     count = PIVOT_SAMPLES if hi - lo >= 64 * PIVOT_SAMPLES else 9
-    picks = np.empty(count, np.float64)
     for j in range(count):
-        picks[j] = key[lo + np.int64(_mix(seed + np.uint64(j)) % width)]
-    picks.sort()
-    return picks[count // 2]
+        x = key[lo + np.int64(_mix(seed + np.uint64(j)) % width)]
+        i = j
+        while i > 0 and scratch[0, i - 1] > x:
+            scratch[0, i] = scratch[0, i - 1]
+            i -= 1
+        scratch[0, i] = x
+    return scratch[0, count // 2]
 
 
 @kernel
@@ -153,8 +159,9 @@ def _partition(key, p, lo, hi, v, s, strict, scratch):
         moved_right += (1.0 - to_left) * (y * (s - x))
         left += goes_left
         right -= 1 - goes_left
-    key[lo:hi] = scratch[0, : hi - lo]
-    p[lo:hi] = scratch[1, : hi - lo]
+    for j in range(hi - lo):  # not a copy of slices: each slice is a view, counted by reference
+        key[np.uint64(lo + j)] = scratch[0, np.uint64(j)]
+        p[np.uint64(lo + j)] = scratch[1, np.uint64(j)]
     return lo + left, p_left, p_right, moved_right
 
 
@@ -173,7 +180,7 @@ def _locate(key, p, position, sums, s, m, scratch):
     clip_max = sums[CLIP_MAX]
     rel_min = sums[REL_MIN]
     while lo < hi:
-        v = _pivot(key, lo, hi)
+        v = _pivot(key, lo, hi, scratch)
         i, p_left, p_right, moved_right = _partition(key, p, lo, hi, v, s, False, scratch)
         m_v = sums[M_REL] + moved_released + moved_right + (s - v) * (sums[P_CLIP] + p_clipped + p_left)
         if m_v <= m:  # the threshold is at or below v: keys >= v are released
@@ -254,11 +261,14 @@ def _side_cost(key, p, position, sums, s, t, split, p_clip_extra, p_rel_extra, m
 
 
 @kernel
-def select_walk(p, q, eps, kind, alpha, work):
+def select_walk(p, q, eps, kind, alpha, work, check):
     """The final walk state of the optimum, found without sorting.
 
-    ``work`` is a float64 workspace of shape (4, >= n), overwritten. Returns
-    (state, binding, q0, base) with the state layout of ``core.walk``. Long rows are first
+    ``work`` is a float64 workspace of shape (4, >= n), overwritten. Returns (valid, state,
+    binding, q0, base) with the state layout of ``core.walk``. With ``check`` the row is first
+    checked as ``checks.row_valid`` checks it (a long row in the pass that samples it, which
+    then costs nothing more); ``valid`` is False where it fails, and nothing else is
+    meaningful. Long rows are first
     screened with bounds from a sample, at each level of SAMPLE_REACH in turn until a result
     is confirmed (the last level bounds nothing but what the refusals suggest); where the
     budget does not bind on the sample, r = q is tried first (``_drafter_state``), and where a
@@ -266,28 +276,30 @@ def select_walk(p, q, eps, kind, alpha, work):
     row is split and searched when nothing is confirmed or the row has tokens outside the
     screen's range (``screen.SCREEN_P_MIN``).
     """
-    return _screened_search(p, q, eps, kind, alpha, work, np.inf)
+    return _screened_search(p, q, eps, kind, alpha, work, np.inf, check)
 
 
 @kernel
-def select_price_walk(p, q, price, kind, alpha, work):
+def select_price_walk(p, q, price, kind, alpha, work, check):
     """The final walk state of the maximiser of A(r) - price D_f(r || p), found without sorting.
 
     The same search as ``select_walk``, each pivot decided by the slope dD/dm = f~'(b) - f~'(a)
     against 1 / price instead of D against eps (the slope is non-decreasing in m, D being
     convex), and the last segment solved by ``solve_slope``. Long rows are screened alike: the
     slope at a point depends on its two thresholds alone, so a crossing inside the last
-    segment is the row's whatever the bounds. Returns (state, inside, q0, base): ``inside``
-    when the price stopped the moved mass before m_max.
+    segment is the row's whatever the bounds. Returns (valid, state, inside, q0, base):
+    ``inside`` when the price stopped the moved mass before m_max; ``valid`` as there.
     """
-    return _screened_search(p, q, np.inf, kind, alpha, work, 1.0 / price)
+    return _screened_search(p, q, np.inf, kind, alpha, work, 1.0 / price, check)
 
 
 @kernel
-def _screened_search(p, q, eps, kind, alpha, work, slope_limit):
+def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
     """``select_walk`` (``slope_limit`` inf) or ``select_price_walk`` (``eps`` inf)."""
     if p.size >= SAMPLE_FROM:
-        levels, reaches_drafter, in_range = _sample_bounds(p, q, eps, kind, alpha, work, slope_limit)
+        valid, levels, reaches_drafter, in_range = _sample_bounds(p, q, eps, kind, alpha, work, slope_limit, check)
+        if not valid:
+            return False, np.zeros(STATE_SIZE, np.float64), False, 0.0, 0.0
         found = misjudged = False
         if reaches_drafter:  # most often r = q, every token released
             found, misjudged, state, q0, base = _drafter_state(p, q, eps, kind, alpha, slope_limit, work)
@@ -299,15 +311,17 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit):
             found, state, binding, q0, base = _screen_by_levels(p, q, eps, kind, alpha, work, levels[first:],
                                                                 slope_limit)
         if found:
-            return state, binding, q0, base
+            return True, state, binding, q0, base
+    elif check and not row_valid(p, q, sum_tolerance(p)):
+        return False, np.zeros(STATE_SIZE, np.float64), False, 0.0, 0.0
     low, high = _nothing_settled()
     state, binding, q0, base, _ = _search(work, split_sides(p, q, work[0], work[1]), (0, 0), low, high, eps, kind,
                                           alpha, slope_limit)
     found, drafter, drafter_q0, drafter_base = _drafter_at_end(p, q, eps, kind, alpha, slope_limit, work, state,
                                                                binding)
     if found:
-        return drafter, False, drafter_q0, drafter_base
-    return state, binding, q0, base
+        return True, drafter, False, drafter_q0, drafter_base
+    return True, state, binding, q0, base
 
 
 @kernel
@@ -392,12 +406,14 @@ def _slope_before(state, kind, alpha):
 
 
 @kernel
-def _sample_bounds(p, q, eps, kind, alpha, work, slope_limit):
-    """Bounds (a_lo, a_hi, b_lo, b_hi) on the thresholds of the optimum, estimated on a sample
-    of the row, one row of bounds per entry of SAMPLE_REACH; whether the sample suggests that
-    the optimum is r = q (the budget does not bind on it, and it has no drafter mass where
-    p = 0 that the divergence cannot move); and whether the row is in the screen's range
-    (``screen.mark_sample``).
+def _sample_bounds(p, q, eps, kind, alpha, work, slope_limit, check):
+    """(valid, levels, reaches_drafter, in_range): bounds (a_lo, a_hi, b_lo, b_hi) on the
+    thresholds of the optimum, estimated on a sample of the row, one row of bounds per entry
+    of SAMPLE_REACH; whether the sample suggests that the optimum is r = q (the budget does
+    not bind on it, and it has no drafter mass where p = 0 that the divergence cannot move);
+    and whether the row is in the screen's range (``screen.mark_sample``). Where ``check``
+    asks and the row fails ``checks.row_valid``, which the sample's pass tests, ``valid`` is
+    False and nothing else meaningful.
 
     The sample (``screen.mark_sample``) weights each token it takes by the number of row
     tokens it stands for, the inverse of its inclusion probability. Each bound is the
@@ -408,7 +424,9 @@ def _sample_bounds(p, q, eps, kind, alpha, work, slope_limit):
     """
     flags = flag_view(work[3], p.size)
     size = min(SAMPLE_SIZE, p.size // SAMPLE_SHARE)
-    in_range = mark_sample(p, q, size, flags)
+    in_range, valid = mark_sample(p, q, size, flags, check)
+    if not valid:
+        return False, np.empty((0, 4), np.float64), False, False
     taken = work[2].view(np.int64)
     m = flagged(flags, p.size, taken)
     tokens = np.empty(m, np.float64)
@@ -439,7 +457,7 @@ def _sample_bounds(p, q, eps, kind, alpha, work, slope_limit):
                                    1.0, np.inf, reach)
     # Drafter mass where p = 0, which the walk never moves when f~'(inf) = inf: r = q is out of reach.
     stuck = f_tilde_prime_at_inf(kind, alpha) == np.inf and end_high < keys.size and sorted_keys[end_high] == np.inf
-    return levels, not binding and not stuck, in_range
+    return True, levels, not binding and not stuck, in_range
 
 
 @kernel
@@ -743,7 +761,7 @@ def _search(work, split, unsummed, low_sums, high_sums, eps, kind, alpha, slope_
         other = 1 - side
         key, pp, position, side_sums, s = keys[side], ps[side], positions[side], sums[side], signs[side]
         okey, op, oposition, osums, os = keys[other], ps[other], positions[other], sums[other], signs[other]
-        v = _pivot(key, position[LO], position[HI])
+        v = _pivot(key, position[LO], position[HI], scratch)
         # Keys <= v count as clipped at v, the others as released (the same D and m).
         i, p_left, p_right, moved_right = _partition(key, pp, position[LO], position[HI], v, s, False, scratch)
         m_v = side_sums[M_REL] + moved_right + (s - v) * (side_sums[P_CLIP] + p_left)
