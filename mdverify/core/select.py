@@ -243,21 +243,17 @@ def _settle(position, sums, released, split, p_moved, moved, threshold, summed, 
 
 
 @kernel
-def _side_cost(key, p, position, sums, s, t, split, p_clip_extra, p_rel_extra, moved_rel_extra,
-               kind, alpha, exact):
-    """(lower, upper, f_released, f_unsummed) of one side's D at threshold t with the undecided
-    tokens split at ``split``; exact sums (lower = upper) when ``exact``."""
-    if not exact:
-        lower, upper = _cost_bounds(kind, alpha, s, t, sums[P_CLIP] + p_clip_extra, sums[F_EXACT],
-                                    sums[P_UNC] + p_rel_extra, sums[M_UNC] + moved_rel_extra)
-        return lower, upper, 0.0, 0.0
+def _side_cost(key, p, position, sums, s, t, split, p_clip_extra, kind, alpha):
+    """(D, f_released, f_unsummed): one side's D at threshold t with the undecided tokens split
+    at ``split``, summed exactly, and its sums over the tokens released at t and over those
+    released before and not yet summed."""
     f_released = sum_weighted_f_tilde(kind, alpha, key, p, s, split, position[HI], 0.0, np.inf)
     f_unsummed = sum_weighted_f_tilde(kind, alpha, key, p, s, position[HI], position[END], 0.0, np.inf)
     value = sums[F_EXACT] + f_released + f_unsummed
     p_clip = sums[P_CLIP] + p_clip_extra
     if p_clip > 0.0:
         value += weighted_f_tilde(kind, alpha, p_clip, s * t)
-    return value, value, f_released, f_unsummed
+    return value, f_released, f_unsummed
 
 
 @kernel
@@ -783,11 +779,16 @@ def _search(work, split, unsummed, low_sums, high_sums, eps, kind, alpha, slope_
         for exact in (False, True):
             if slope_limit < np.inf:
                 break
-            lower, upper, f_side, f_side_unsummed = _side_cost(
-                key, pp, position, side_sums, s, v, i, p_left, p_right, moved_right, kind, alpha, exact)
-            o_lower, o_upper, f_other, f_other_unsummed = _side_cost(
-                okey, op, oposition, osums, os, t, split, op_clipped, op_released, omoved_released,
-                kind, alpha, exact)
+            if exact:
+                lower, f_side, f_side_unsummed = _side_cost(key, pp, position, side_sums, s, v, i, p_left, kind, alpha)
+                o_lower, f_other, f_other_unsummed = _side_cost(okey, op, oposition, osums, os, t, split, op_clipped,
+                                                                kind, alpha)
+                upper, o_upper = lower, o_lower
+            else:  # from sums alone, passed as numbers: a call counts a reference to each array it is passed
+                lower, upper = _cost_bounds(kind, alpha, s, v, side_sums[P_CLIP] + p_left, side_sums[F_EXACT],
+                                            side_sums[P_UNC] + p_right, side_sums[M_UNC] + moved_right)
+                o_lower, o_upper = _cost_bounds(kind, alpha, os, t, osums[P_CLIP] + op_clipped, osums[F_EXACT],
+                                                osums[P_UNC] + op_released, osums[M_UNC] + omoved_released)
             if fill > 0.0:
                 lower += fill * fpinf
                 upper += fill * fpinf
