@@ -405,7 +405,7 @@ def _shared_logs(low: sp.Expr, high: sp.Expr) -> tuple[list[tuple[str, str]], di
     piece takes is wasted, and the logarithm is the costly operation (jensen_shannon's
     pieces take two each). The pieces are printed as before, so the one kept is computed
     from the same values in the same order, bit for bit."""
-    def logs(expr):  # those inside another's argument stay there
+    def logs(expr):  # innermost only: a log of a log stays in place, its argument printed with the slot
         return sorted((x for x in expr.atoms(sp.log) if not x.args[0].has(sp.log)), key=sp.default_sort_key)
 
     slots, low_logs, high_logs = [], {}, {}
