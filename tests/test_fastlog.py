@@ -1,11 +1,12 @@
-"""``core.fastlog.log``: within 1 ulp of numpy's log everywhere, special values included."""
+"""``core.fastlog``: log within 1 ulp of numpy's everywhere, special values included; and the
+excess x - 1 - log x that ``log_excess`` gives with it."""
 
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 from numba import njit
 
-from mdverify.core.fastlog import log
+from mdverify.core.fastlog import log, log_excess
 
 
 @njit(cache=False)
@@ -61,3 +62,29 @@ def test_a_reassociating_caller_keeps_it_within_one_ulp():
     out = np.empty_like(x)
     _logs_reassociated(x, out)
     assert np.max(np.abs(out - np.log(x)) / np.spacing(np.abs(np.log(x)))) <= 1.0
+
+
+def test_excess_within_a_few_ulps_where_the_logarithm_is_reduced_to_itself():
+    """log_excess(x) = (log x, x - 1 - log x): the log is ``log``'s, bit for bit, and the excess
+    within EXCESS_ULPS (which the generated code's forms assume) of its 50-digit value on
+    [sqrt(2)/2, sqrt(2)), down to 1e-15 from 1 where x - 1 - log(x) as written is all
+    rounding; as written elsewhere."""
+    import mpmath
+
+    from mdverify.symbolic.codegen import EXCESS_ULPS
+
+    rng = np.random.default_rng(2)
+    x = np.concatenate([rng.uniform(np.sqrt(0.5), np.sqrt(2.0), 2000), 1 + np.geomspace(1e-15, 0.4, 300),
+                        1 - np.geomspace(1e-15, 0.29, 300), [1.0, 3.0, 0.25, 1e-300, 1e300]])
+    for value in x:
+        logarithm, excess = log_excess(value)
+        assert logarithm == log(value)
+        with mpmath.workdps(50):
+            truth = mpmath.mpf(float(value)) - 1 - mpmath.log(mpmath.mpf(float(value)))
+        if np.sqrt(0.5) <= value < np.sqrt(2.0):
+            assert abs(excess - truth) <= EXCESS_ULPS * np.spacing(float(truth)), (value, excess, truth)
+        else:
+            assert excess == (value - 1.0) - logarithm
+    zero, at_zero = log_excess(0.0)
+    assert zero == -np.inf and at_zero == np.inf
+    assert log_excess(np.inf) == (np.inf, np.inf) and np.isnan(log_excess(-1.0)).all()

@@ -11,7 +11,7 @@ f(t) - f'(1)(t - 1), which is non-negative and gives the same divergence on the 
 
 import math
 
-from mdverify.core.fastlog import log
+from mdverify.core.fastlog import log, log_excess
 from mdverify.core.jit import kernel
 
 inline_kernel = kernel(inline=True)
@@ -346,24 +346,24 @@ def f_tilde_kind0(a, t):
 @inline_kernel
 def f_tilde_kind1(a, t):
     """f~(t) of kl: ``f_tilde``'s pieces, each computed and one kept, with ``fastlog.log``."""
-    log0 = log(t)
+    log0, excess = log_excess(t)
     high = t*log0 - t + 1
     low = t*log0 - t + 1
     value = low if t <= 1.0 else high
     w = t - 1.0
-    near = w**2*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*((1/240)*w - 1/210) + 1/182) - 1/156) + 1/132) - 1/110) + 1/90) - 1/72) + 1/56) - 1/42) + 1/30) - 1/20) + 1/12) - 1/6) + 1/2)
+    near = -excess*t + w**2
     value = near if abs(w) < 0.05 else value
     return float(1.0) if t == 0.0 else float(value)
 
 @inline_kernel
 def f_tilde_kind2(a, t):
     """f~(t) of reverse_kl: ``f_tilde``'s pieces, each computed and one kept, with ``fastlog.log``."""
-    log0 = log(t)
+    log0, excess = log_excess(t)
     high = t - log0 - 1
     low = t - log0 - 1
     value = low if t <= 1.0 else high
     w = t - 1.0
-    near = w**2*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*((1/16)*w - 1/15) + 1/14) - 1/13) + 1/12) - 1/11) + 1/10) - 1/9) + 1/8) - 1/7) + 1/6) - 1/5) + 1/4) - 1/3) + 1/2)
+    near = excess
     value = near if abs(w) < 0.05 else value
     return float(math.inf) if t == 0.0 else float(value)
 
@@ -429,12 +429,12 @@ def f_tilde_kind7(a, t):
 @inline_kernel
 def f_tilde_kind8(a, t):
     """f~(t) of jeffreys: ``f_tilde``'s pieces, each computed and one kept, with ``fastlog.log``."""
-    log0 = log(t)
+    log0, excess = log_excess(t)
     high = (t - 1)*log0
     low = (t - 1)*log0
     value = low if t <= 1.0 else high
     w = t - 1.0
-    near = w**2*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*(w*((1/15)*w - 1/14) + 1/13) - 1/12) + 1/11) - 1/10) + 1/9) - 1/8) + 1/7) - 1/6) + 1/5) - 1/4) + 1/3) - 1/2) + 1)
+    near = w*(-excess + w)
     value = near if abs(w) < 0.05 else value
     return float(math.inf) if t == 0.0 else float(value)
 

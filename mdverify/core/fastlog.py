@@ -10,6 +10,11 @@ The method is the classic one of the Sun/FreeBSD libm: with x = 2^k m, m in [sqr
 sqrt(2)), f = m - 1 and s = f / (2 + f), log(m) = log(1 + f) = 2 atanh(s) = f - f^2/2 +
 s (f^2/2 + R(s^2)), where R is a minimax polynomial of degree 14 (even) in s, accurate to
 2^-58.45 on that interval; k log 2 is added in two parts so that its rounding is exact.
+
+``log_excess`` also returns x - 1 - log x, which near x = 1 is the reduction's own
+remainder f^2/2 - s (f^2/2 + R(s^2)), accurate where x - 1 - log(x) computed as written
+cancels to nothing: the normalised generators of KL and its kin are that excess up to
+terms that do not cancel (``symbolic.codegen.near_one_excess``).
 """
 
 import numpy as np
@@ -36,8 +41,10 @@ _SUBNORMAL_SCALE = 2.0 ** 54
 
 
 @kernel
-def log(x):
-    """log(x) for float64 x, within 1 ulp; -inf at 0, inf at inf, nan below 0 or at nan."""
+def _log_parts(x):
+    """(log(x), k, remainder) with x = 2^k m, m in [sqrt(2)/2, sqrt(2)) and log(x) = k log 2 +
+    (m - 1) - remainder. A kernel of its own, never compiled into a caller with the caller's
+    options: its arithmetic carries its rounding and must keep its order."""
     subnormal = x < _SMALLEST_NORMAL
     y = x * (_SUBNORMAL_SCALE if subnormal else 1.0)  # subnormals scaled to normal numbers
     bits = np.float64(y).view(np.int64) - _SQRT_HALF_BITS
@@ -52,4 +59,21 @@ def log(x):
     value = k * LN2_HI - ((half_f2 - (s * (half_f2 + r) + k * LN2_LO)) - f)
     value = -np.inf if x == 0.0 else value
     value = x if x == np.inf else value
-    return np.nan if not x >= 0.0 else value
+    value = np.nan if not x >= 0.0 else value
+    return value, k, half_f2 - s * (half_f2 + r)
+
+
+@kernel
+def log(x):
+    """log(x) for float64 x, within 1 ulp; -inf at 0, inf at inf, nan below 0 or at nan."""
+    return _log_parts(x)[0]
+
+
+@kernel
+def log_excess(x):
+    """(log(x), x - 1 - log(x)) for float64 x: the excess within a few ulps for x in
+    [sqrt(2)/2, sqrt(2)), where it is the reduction's remainder (x = m, f = x - 1 exactly),
+    and as written elsewhere (inf at 0 and at inf, nan where log is)."""
+    value, k, remainder = _log_parts(x)
+    excess = remainder if k == 0.0 else (x - 1.0) - value
+    return value, (x if x == np.inf else excess)

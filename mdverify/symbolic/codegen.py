@@ -38,7 +38,7 @@ f(t) - f'(1)(t - 1), which is non-negative and gives the same divergence on the 
 
 import math
 
-from mdverify.core.fastlog import log
+from mdverify.core.fastlog import log, log_excess
 from mdverify.core.jit import kernel
 
 inline_kernel = kernel(inline=True)
@@ -106,11 +106,20 @@ def _vector_code(expr: sp.Expr, computed: dict | None = None) -> str:
 # Near t = 1 every closed form cancels (t log t - t + 1 is 0 in float64 at t = 1 - 2e-9;
 # at |t - 1| = w its relative error is about 1e-16 / w^2), so within NEAR_ONE of 1 smooth
 # generators are evaluated by their Taylor polynomial of degree SERIES_DEGREE, checked to be
-# within 1e-14 of the function at that distance; outside it the closed forms lose at most
-# about 1e-13 (tests/test_codegen.py measures both against 50-digit values).
+# within NEAR_TOLERANCE of the function at that distance; outside it the closed forms lose at
+# most about 1e-13 (tests/test_codegen.py measures both against 50-digit values). The
+# vectorised f~ of a generator whose logarithm is log(t) alone is instead written in the
+# excess t - 1 - log t that the logarithm computes anyway (``near_one_excess``): a few
+# operations in place of a polynomial, the solvers' costliest part after the logarithm.
 LOOSE = 1e-9
 NEAR_ONE = 0.05
+NEAR_TOLERANCE = 1e-14
 SERIES_DEGREE = 16
+#: t - 1 - log t, which ``core.fastlog.log_excess`` computes within EXCESS_ULPS ulps (tested).
+EXCESS = sp.Symbol("excess")
+EXCESS_ULPS = 2
+_NEAR_GRID = [1.0 + side * d for side in (-1.0, 1.0)
+              for d in [NEAR_ONE * (1.0 - 2.0**-20), NEAR_ONE / 3] + [10.0 ** -k for k in range(2, 16)]]
 _GRID = ([10.0 ** (-e) for e in range(0, 301, 5)] + [1e-303, 1e-306, 2.0 ** -1022, 2.0 ** -1024]
          + [1.0 - NEAR_ONE * 2.0**k for k in range(4)])
 _FAMILY_PARAMS = (-1.5, 0.3, 0.5, 2.5)
@@ -252,13 +261,16 @@ ROOT_DOC = ("The largest real delta with p_low f~(1 - da - delta/p_low) + p_high
 class Forms:
     """The expressions chosen for one generator, which every emitter prints as they are.
 
-    ``near`` holds each function of t's series in w = t - 1 (None at a kink), ``low`` its
-    stable form on (0, 1], ``high`` the form of ``above_one_form`` (expression, in u).
+    ``near`` holds each function of t's series in w = t - 1 (None at a kink), ``excess`` f~
+    near 1 in w and the excess of its logarithm (``near_one_excess``; None where there is
+    none), ``low`` its stable form on (0, 1], ``high`` the form of ``above_one_form``
+    (expression, in u).
     """
 
     name: str
     constants: dict
     near: dict
+    excess: sp.Expr | None
     low: dict
     high: dict
     star: sp.Expr
@@ -275,6 +287,7 @@ def choose_forms(families: list[tuple[str, str]]) -> list[Forms]:
             name=name,
             constants={attr: getattr(d, attr) for attr in CONSTANTS},
             near={fn: near_one_series(getattr(d, fn)) for fn in T_FUNCTIONS},
+            excess=None if kinked else near_one_excess(d.f_tilde),
             low={fn: stable_form(getattr(d, fn), t) for fn in T_FUNCTIONS},
             high={fn: above_one_form(getattr(d, fn), getattr(d, star), scaled, kinked)
                   for fn, (star, scaled) in T_FUNCTIONS.items()},
@@ -303,9 +316,44 @@ def near_one_series(expr: sp.Expr) -> sp.Expr | None:
         for value in params:
             for x in (-NEAR_ONE, -NEAR_ONE / 3, NEAR_ONE / 3, NEAR_ONE):
                 truth = exact(1 + mpmath.mpf(x), mpmath.mpf(value))
-                if abs(approx(mpmath.mpf(x), mpmath.mpf(value)) - truth) > 1e-14 * abs(truth):
+                if abs(approx(mpmath.mpf(x), mpmath.mpf(value)) - truth) > NEAR_TOLERANCE * abs(truth):
                     raise ValueError(f"the degree-{SERIES_DEGREE} series of {expr} about t = 1 is not accurate at t = 1 + {x}")
     return sp.horner(sp.expand(sp.simplify(series)), wrt=w)
+
+
+def near_one_excess(expr: sp.Expr) -> sp.Expr | None:
+    """``expr`` within NEAR_ONE of t = 1 with its logarithm log(t) written as w - excess, where
+    w = t - 1 (exact there) and excess = t - 1 - log t, which ``core.fastlog.log_excess``
+    computes within EXCESS_ULPS: the cancellation that makes the closed forms useless near 1
+    then happens symbolically (reverse KL's f~ is the excess itself, KL's w^2 - t excess).
+    The cheapest candidate (``_cost``) whose float64 value, with the excess anywhere within
+    EXCESS_ULPS of its 50-digit value, is within NEAR_TOLERANCE of the 50-digit value of
+    ``expr`` at distances from NEAR_ONE down to 1e-15 of 1; None where ``expr`` has another
+    logarithm or no candidate is accurate (its series is then used).
+    """
+    import mpmath
+    import numpy as np
+
+    if expr.atoms(sp.log) != {sp.log(t)}:
+        return None
+    w = sp.Symbol("w")
+    expanded = sp.expand(expr.subs(sp.log(t), w - EXCESS).subs(t, 1 + w))
+    collected = sp.collect(expanded, EXCESS)
+    candidates = [expanded, collected, collected.subs(1 + w, t), sp.factor(expanded)]
+    exact = sp.lambdify((t, derive_a), expr, modules="mpmath")
+    points = []
+    with mpmath.workdps(50):
+        for value in _params(expr):
+            for x in map(np.float64, _NEAR_GRID):
+                excess = float(mpmath.mpf(float(x)) - 1 - mpmath.log(mpmath.mpf(float(x))))
+                truth = exact(mpmath.mpf(float(x)), mpmath.mpf(value))
+                points += [(x, excess + k * EXCESS_ULPS * np.spacing(excess), value, truth) for k in (-1, 0, 1)]
+        for candidate in sorted(candidates, key=_cost):  # stable: the earlier among equally cheap
+            evaluate = sp.lambdify((t, w, EXCESS, derive_a), candidate, modules="math")
+            if all(abs(evaluate(x, x - 1.0, excess, value) - truth) <= NEAR_TOLERANCE * abs(truth)
+                   for x, excess, value, truth in points):
+                return candidate
+    return None
 
 
 def _high_code(form: tuple[sp.Expr, bool], scaled: bool, code) -> str:
@@ -383,6 +431,11 @@ def _branch_free_f_tilde(kind: int, f: Forms) -> str:
         lines += ["    u = 1.0 / t"]
     low = f.low["f_tilde"]
     slots, low_logs, high_logs = _shared_logs(low, high)
+    shared = [k for k, (_, code) in enumerate(slots) if code == "log(t)"]
+    if f.excess is not None and shared:  # the excess comes with the logarithm both pieces take
+        name = slots[shared[0]][0]
+        slots[shared[0]] = (f"{name}, {EXCESS}", "log_excess(t)")
+        near = f.excess
     lines += [f"    {name} = {code}" for name, code in slots]
     lines += [f"    high = {_high_code((high, in_u), T_FUNCTIONS['f_tilde'][1], lambda e: _vector_code(e, high_logs))}",
               f"    low = {_vector_code(low, low_logs)}",
@@ -600,7 +653,7 @@ stack (``mdverify.core.rebind``) calls in their place. Never cached on disk.
 
 import math
 
-from mdverify.core.fastlog import log
+from mdverify.core.fastlog import log, log_excess
 from mdverify.core.jit import kernel as _kernel
 
 kernel = _kernel(cache=False)
