@@ -298,7 +298,8 @@ def choose_forms(families: list[tuple[str, str]]) -> list[Forms]:
 
 
 def near_one_series(expr: sp.Expr) -> sp.Expr | None:
-    """Taylor polynomial of ``expr`` about t = 1 in w = t - 1, in Horner form; None at a kink.
+    """Taylor polynomial of ``expr`` about t = 1 in w = t - 1, in Estrin's form (``_estrin``);
+    None at a kink.
 
     Raises ValueError when the polynomial is not within 1e-14 relative of ``expr`` (at 50
     digits) at the edges of its interval, as for a generator whose series converges slowly.
@@ -318,7 +319,19 @@ def near_one_series(expr: sp.Expr) -> sp.Expr | None:
                 truth = exact(1 + mpmath.mpf(x), mpmath.mpf(value))
                 if abs(approx(mpmath.mpf(x), mpmath.mpf(value)) - truth) > NEAR_TOLERANCE * abs(truth):
                     raise ValueError(f"the degree-{SERIES_DEGREE} series of {expr} about t = 1 is not accurate at t = 1 + {x}")
-    return sp.horner(sp.expand(sp.simplify(series)), wrt=w)
+    coefficients = sp.Poly(sp.expand(sp.simplify(series)), w).all_coeffs()[::-1]
+    return _estrin([sp.horner(c, wrt=derive_a) if c.has(derive_a) else c for c in coefficients], w)
+
+
+def _estrin(coefficients: list, x: sp.Symbol) -> sp.Expr:
+    """sum_k coefficients[k] x^k in Estrin's scheme: pairs c_2j + c_2j+1 x, then pairs of those
+    combined with x^2, then with x^4, and so on. Horner's form is a chain of dependent steps
+    as long as the degree, which a vectorised loop waits on; this one's is its logarithm."""
+    terms, power = list(coefficients), x
+    while len(terms) > 1:
+        terms = [terms[i] + (terms[i + 1] * power if i + 1 < len(terms) else 0) for i in range(0, len(terms), 2)]
+        power = power**2
+    return terms[0]
 
 
 def near_one_excess(expr: sp.Expr) -> sp.Expr | None:
