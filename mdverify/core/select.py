@@ -475,7 +475,7 @@ def _overlap_sums(ps, qs):
     chooses (vectorised)."""
     base = low = high = 0.0
     for j in range(ps.size):
-        pj, qj = ps[j], qs[j]
+        pj, qj = np.float64(ps[j]), np.float64(qs[j])
         base += min(pj, qj)
         low += max(pj - qj, 0.0)
         high += max(qj - pj, 0.0)
@@ -571,27 +571,27 @@ def _compacted_sums(p, q, eps, kind, alpha, slope_limit, work):
 @kernel
 def _complete_sums(p, q, eps, kind, alpha, work):
     """(complete, D, a, b, base, capacity_low, capacity_high) of r = q as ``_compacted_sums``
-    gives them, in one pass over the row: chunk by chunk, each chunk's ratios and float64 p
-    and q written to work[:3] and summed while in cache. Where every token has q > 0 and a
+    gives them, in one pass over the row: chunk by chunk, each chunk's ratios written to
+    work[0] and summed with its p and q while in cache. Where every token has q > 0 and a
     finite ratio, no term is left out, the compacted layout is the row itself and every sum
     the same, bit for bit. It is so too where the tokens without them all come last and have
     p = q = 0 (a vocabulary's padding: they add nothing, and the layout ends where they
     start). ``complete`` is False, and nothing else meaningful, where other tokens lack them
     or a term overflows (``_compacted_sums`` then sums it term by term). D stops where it
     exceeds eps."""
-    width = min(CHUNK, p.size)
-    ratios, ps, qs = work[0, :width], work[1, :width], work[2, :width]
+    ratios = work[0, :min(CHUNK, p.size)]
     terms = np.empty(CHUNK, np.float64)
     value = 0.0
     a = b = 1.0
     sums = np.zeros(6, np.float64)
     for first in range(0, p.size, CHUNK):
         count = min(CHUNK, p.size - first)
-        padded = not _chunk_of(p[first:first + count], q[first:first + count], ratios, ps, qs)
+        padded = not _ratios_of(p[first:first + count], q[first:first + count], ratios)
         if padded:
             count = _padded_from(p, q, first)
             if count < 0:
                 return False, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+        ps, qs = p[first:first + count], q[first:first + count]
         weighted_f_tilde_terms(kind, alpha, ratios, ps, 1.0, 0, count, terms)
         value += sum_of_terms(terms, count)
         if not value < np.inf:
@@ -601,7 +601,7 @@ def _complete_sums(p, q, eps, kind, alpha, work):
         least, greatest = _extreme_ratios(ratios[:count])
         a = min(a, least)
         b = max(b, greatest)
-        _add_overlap(sums, ps[:count], qs[:count])
+        _add_overlap(sums, ps, qs)
         if padded:  # the rest of the row adds nothing
             break
     return (True, value, a, b) + _overlap_totals(sums)
@@ -622,17 +622,14 @@ def _padded_from(p, q, first):
 
 
 @kernel
-def _chunk_of(p, q, ratios, ps, qs):
-    """Write q/p, p and q of a chunk as float64 to ``ratios``, ``ps`` and ``qs``; return whether
-    every token has q > 0 and a finite ratio."""
+def _ratios_of(p, q, ratios):
+    """Write q/p of a chunk as float64 to ``ratios``; return whether every token has q > 0 and a
+    finite ratio."""
     missing = 0
     for j in range(p.size):
-        pj = np.float64(p[j])
         qj = np.float64(q[j])
-        t = qj / pj
+        t = qj / np.float64(p[j])
         ratios[j] = t
-        ps[j] = pj
-        qs[j] = qj
         missing += not needs_f_tilde(t, qj)
     return missing == 0
 
