@@ -141,6 +141,30 @@ def test_r_equals_q_is_recognised_on_long_rows():
         assert base + state[select.M] == pytest.approx(1.0, abs=1e-15)
 
 
+def test_the_sample_is_searched_only_where_r_equals_q_exceeds_the_budget_on_it():
+    """Where D(q || p) over the sample is within the budget (``_within_on_sample``), its search
+    would not bind either (it stops at the end m_max, whose D is at most that of r = q), so
+    r = q is tried without it: the shortcut never predicts r = q where the search would not.
+    Over every row family, four divergences and budgets around each row's D(q || p)."""
+    from mdverify.bench.families import FAMILIES
+    from mdverify.core import select
+
+    shortcuts = 0
+    for k, (family, rows) in enumerate(FAMILIES.items()):
+        p, q = (np.ascontiguousarray(x, dtype=np.float64) for x in rows(8192, np.random.default_rng(k)))
+        _, _, tokens, ps, qs = select._sample(p, q, np.empty((4, p.size)), False)
+        for name in ("kl", "reverse_kl", "jensen_shannon", "tv"):
+            entry = md.divergence(name)
+            sampled = float(entry.value(qs / qs.sum(), ps / ps.sum()))
+            for eps in (1e-3, 0.5 * sampled, 2.0 * sampled, 10.0):
+                if select._within_on_sample(ps, qs, eps, entry.kind, entry.param):
+                    shortcuts += 1
+                    _, reaches = select._sample_bounds(p.size, tokens, ps, qs, eps, entry.kind, entry.param,
+                                                       np.inf)
+                    assert reaches, (family, name, eps)
+    assert shortcuts >= 40  # the shortcut is taken, and checked, on most rows
+
+
 @pytest.mark.parametrize("family", ["LLM-like, T = 0.7", "Zipf, weak drafter noise", "unrelated drafter",
                                     "near-identical pair"])
 def test_the_one_pass_drafter_sums_are_the_compacted_ones(family):
@@ -222,7 +246,8 @@ def test_a_truncated_drafter_is_screened_by_its_zero_ratios():
     for name, eps in (("reverse_kl", 10.0), ("kl", 1e-4), ("tv", 0.01)):
         entry = md.divergence(name)
         work = np.empty((4, p.size))
-        _, levels, _, in_range = select._sample_bounds(p, q, eps, entry.kind, entry.param, work, np.inf, False)
+        _, in_range, tokens, ps, qs = select._sample(p, q, work, False)
+        levels, _ = select._sample_bounds(p.size, tokens, ps, qs, eps, entry.kind, entry.param, np.inf)
         assert in_range and levels[0, 0] > 0.0, name
         flags = screen.flag_view(work[3], p.size)
         n_low = screen.screen(p, q, tuple(levels[0]), flags)[10]

@@ -267,8 +267,10 @@ def select_walk(p, q, eps, kind, alpha, work, check):
     meaningful. Long rows are first
     screened with bounds from a sample, at each level of SAMPLE_REACH in turn until a result
     is confirmed (the last level bounds nothing but what the refusals suggest); where the
-    budget does not bind on the sample, r = q is tried first (``_drafter_state``), and where a
-    search ends at m_max an ulp over the budget, after it (``_drafter_at_end``). The full
+    budget does not bind on the sample (r = q is within it there, which needs no search of
+    the sample, or its search ends short of the budget), r = q is tried first
+    (``_drafter_state``), and where a search ends at m_max an ulp over the budget, after it
+    (``_drafter_at_end``). The full
     row is split and searched when nothing is confirmed or the row has tokens outside the
     screen's range (``screen.SCREEN_P_MIN``).
     """
@@ -293,9 +295,15 @@ def select_price_walk(p, q, price, kind, alpha, work, check):
 def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
     """``select_walk`` (``slope_limit`` inf) or ``select_price_walk`` (``eps`` inf)."""
     if p.size >= SAMPLE_FROM:
-        valid, levels, reaches_drafter, in_range = _sample_bounds(p, q, eps, kind, alpha, work, slope_limit, check)
+        valid, in_range, tokens, ps, qs = _sample(p, q, work, check)
         if not valid:
             return False, np.zeros(STATE_SIZE, np.float64), False, 0.0, 0.0
+        # Where r = q is within the budget on the sample, its search would not bind (it moves no
+        # more than that): r = q is tried first, and the sample searched only if it fails.
+        levels = np.empty((0, 4), np.float64)
+        reaches_drafter = slope_limit == np.inf and _within_on_sample(ps, qs, eps, kind, alpha)
+        if not reaches_drafter:
+            levels, reaches_drafter = _sample_bounds(p.size, tokens, ps, qs, eps, kind, alpha, slope_limit)
         found = misjudged = False
         if reaches_drafter:  # most often r = q, every token released
             found, misjudged, state, q0, base = _drafter_state(p, q, eps, kind, alpha, slope_limit, work)
@@ -303,6 +311,8 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
         # Else the budget binds, or the row's end m_max falls short of r = q (drafter mass where
         # p = 0, float32 sums), or the sample misjudged: the screen's bounds hold the thresholds.
         if not found and in_range:
+            if levels.shape[0] == 0:
+                levels, _ = _sample_bounds(p.size, tokens, ps, qs, eps, kind, alpha, slope_limit)
             first = MISJUDGED_LEVEL if misjudged else 0
             found, state, binding, q0, base = _screen_by_levels(p, q, eps, kind, alpha, work, levels[first:],
                                                                 slope_limit)
@@ -402,29 +412,17 @@ def _slope_before(state, kind, alpha):
 
 
 @kernel
-def _sample_bounds(p, q, eps, kind, alpha, work, slope_limit, check):
-    """(valid, levels, reaches_drafter, in_range): bounds (a_lo, a_hi, b_lo, b_hi) on the
-    thresholds of the optimum, estimated on a sample of the row, one row of bounds per entry
-    of SAMPLE_REACH; whether the sample suggests that the optimum is r = q (the budget does
-    not bind on it, and it has no drafter mass where p = 0 that the divergence cannot move);
-    and whether the row is in the screen's range (``screen.mark_sample``). Where ``check``
-    asks and the row fails ``checks.row_valid``, which the sample's pass tests, ``valid`` is
-    False and nothing else meaningful.
-
-    The sample (``screen.mark_sample``) weights each token it takes by the number of row
-    tokens it stands for, the inverse of its inclusion probability. Each bound is the
-    sample's ratio beyond which, counted from the sample's optimal threshold on its side,
-    the sample stands for the level's reach of row tokens (the idea of Floyd and Rivest's
-    selection); or the trivial bound (0, 1, 1, inf) where it stands for fewer. A poor
-    estimate costs speed, never exactness (see ``screened_walk``).
-    """
+def _sample(p, q, work, check):
+    """(valid, in_range, tokens, ps, qs): the sample ``screen.mark_sample`` takes of the row,
+    each token weighted by the number of row tokens it stands for, the inverse of its
+    inclusion probability (``tokens``), and its p and q so weighted; and whether the row is
+    in the screen's range. Where ``check`` asks and the row fails ``checks.row_valid``, which
+    the sample's pass tests, ``valid`` is False and nothing else meaningful."""
     flags = flag_view(work[3], p.size)
-    size = min(SAMPLE_SIZE, p.size // SAMPLE_SHARE)
+    size = _sample_size(p.size)
     in_range, valid = mark_sample(p, q, size, flags, check)
-    if not valid:
-        return False, np.empty((0, 4), np.float64), False, False
     taken = work[2].view(np.int64)
-    m = flagged(flags, p.size, taken)
+    m = flagged(flags, p.size, taken) if valid else 0
     tokens = np.empty(m, np.float64)
     ps = np.empty(m, np.float64)
     qs = np.empty(m, np.float64)
@@ -432,6 +430,38 @@ def _sample_bounds(p, q, eps, kind, alpha, work, slope_limit, check):
         tokens[j] = 1.0 / inclusion(p, q, taken[j], size)
         ps[j] = np.float64(p[taken[j]]) * tokens[j]
         qs[j] = np.float64(q[taken[j]]) * tokens[j]
+    return valid, in_range, tokens, ps, qs
+
+
+@kernel
+def _sample_size(n):
+    """The ``size`` of ``screen.mark_sample``'s sample of a row of n tokens."""
+    return min(SAMPLE_SIZE, n // SAMPLE_SHARE)
+
+
+@kernel
+def _within_on_sample(ps, qs, eps, kind, alpha):
+    """Whether D_f(q || p) over the sample, its terms weighted as the row's, is finite and within
+    eps (as r = q must be on the row: ``_drafter_state``)."""
+    terms = np.empty((3, ps.size), np.float64)
+    count, zero, spilled = divergence_terms(qs, ps, terms)
+    value = divergence_of_terms(kind, alpha, terms, count, zero, spilled, eps)
+    return value <= eps and value < np.inf
+
+
+@kernel
+def _sample_bounds(n, tokens, ps, qs, eps, kind, alpha, slope_limit):
+    """(levels, reaches_drafter): bounds (a_lo, a_hi, b_lo, b_hi) on the thresholds of the
+    optimum, estimated on the ``_sample`` of a row of n tokens, one row of bounds per entry of
+    SAMPLE_REACH; and whether the sample suggests that the optimum is r = q (the budget does
+    not bind on it, and it has no drafter mass where p = 0 that the divergence cannot move).
+
+    Each bound is the sample's ratio beyond which, counted from the sample's optimal
+    threshold on its side, the sample stands for the level's reach of row tokens (the idea
+    of Floyd and Rivest's selection); or the trivial bound (0, 1, 1, inf) where it stands for
+    fewer. A poor estimate costs speed, never exactness (see ``screened_walk``).
+    """
+    m = ps.size
     sample_work = np.empty((4, m), np.float64)
     low, high = _nothing_settled()
     state, binding, _, _, _ = _search(sample_work, split_sides(ps, qs, sample_work[0], sample_work[1]), (0, 0), low,
@@ -447,13 +477,13 @@ def _sample_bounds(p, q, eps, kind, alpha, work, slope_limit, check):
     end_high = np.searchsorted(sorted_keys, np.inf)
     levels = np.empty((len(SAMPLE_REACH), 4), np.float64)
     for level in range(len(SAMPLE_REACH)):
-        reach = SAMPLE_REACH[level] * p.size / size
+        reach = SAMPLE_REACH[level] * n / _sample_size(n)
         levels[level, :2] = _reach(sorted_keys[:n_low], sorted_tokens[:n_low], state[A], 0.0, 1.0, reach)
         levels[level, 2:] = _reach(sorted_keys[start_high:end_high], sorted_tokens[start_high:end_high], state[B],
                                    1.0, np.inf, reach)
     # Drafter mass where p = 0, which the walk never moves when f~'(inf) = inf: r = q is out of reach.
     stuck = f_tilde_prime_at_inf(kind, alpha) == np.inf and end_high < keys.size and sorted_keys[end_high] == np.inf
-    return True, levels, not binding and not stuck, in_range
+    return levels, not binding and not stuck
 
 
 @kernel
