@@ -232,4 +232,4 @@ def trace_slopes(trace, kind, alpha):
 @kernel(parallel=True)
 def divergence_rows(R, P, kind, alpha, out):
     for i in prange(P.shape[0]):
-        out[i] = divergence_row(R[i], P[i], kind, alpha)
+        out[i] = divergence_row(R[i], P[i], kind, alpha, np.inf)

@@ -187,4 +187,4 @@ def clipped_divergences(P, Q, starts, sizes, a, b, moved, kind, alpha, R, out):
     for i in prange(starts.size):
         s, n = starts[i], sizes[i]
         clipped_row(P[s:s + n], Q[s:s + n], a[i], b[i], moved[i], R[s:s + n])
-        out[i] = divergence_row(R[s:s + n], P[s:s + n], kind, alpha)
+        out[i] = divergence_row(R[s:s + n], P[s:s + n], kind, alpha, np.inf)

@@ -37,8 +37,8 @@ from mdverify.core._fgen import f_tilde, f_tilde_prime, f_tilde_prime_at_inf, we
 from mdverify.core.checks import row_valid, sum_tolerance
 from mdverify.core.index import add_compensated, split_sides
 from mdverify.core.jit import kernel
-from mdverify.core.terms import (CHUNK, divergence_of_terms, divergence_terms, needs_f_tilde, sum_of_terms,
-                                 sum_weighted_f_tilde, weighted_f_tilde)
+from mdverify.core.terms import (CHUNK, divergence_of_terms, divergence_row, divergence_terms, needs_f_tilde,
+                                 sum_of_terms, sum_weighted_f_tilde, weighted_f_tilde)
 from mdverify.core.screen import flag_view, flagged, gather, inclusion, mark_sample, screen
 from mdverify.core.walk import A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, segment_point, solve_segment, solve_slope
 
@@ -443,9 +443,7 @@ def _sample_size(n):
 def _within_on_sample(ps, qs, eps, kind, alpha):
     """Whether D_f(q || p) over the sample, its terms weighted as the row's, is finite and within
     eps (as r = q must be on the row: ``_drafter_state``)."""
-    terms = np.empty((3, ps.size), np.float64)
-    count, zero, spilled = divergence_terms(qs, ps, terms)
-    value = divergence_of_terms(kind, alpha, terms, count, zero, spilled, eps)
+    value = divergence_row(qs, ps, kind, alpha, eps)
     return value <= eps and value < np.inf
 
 

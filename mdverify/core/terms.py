@@ -109,8 +109,9 @@ def divergence_of_terms(kind, alpha, terms, count, zero, spilled, limit):
 
 
 @kernel
-def divergence_row(r, p, kind, alpha):
-    """D_f(r || p) with the normalised generator; p_i = 0 < r_i terms cost r_i f'(inf)."""
+def divergence_row(r, p, kind, alpha, limit):
+    """D_f(r || p) with the normalised generator; p_i = 0 < r_i terms cost r_i f'(inf). Or a
+    value over ``limit`` (inf for none) once D is seen to exceed it (``divergence_of_terms``)."""
     terms = np.empty((3, p.size), np.float64)
     count, zero, spilled = divergence_terms(r, p, terms)
-    return divergence_of_terms(kind, alpha, terms, count, zero, spilled, np.inf)
+    return divergence_of_terms(kind, alpha, terms, count, zero, spilled, limit)
