@@ -1,13 +1,17 @@
-"""The core kernels are callable from other numba code, with parallel on and off."""
+"""The core kernels are callable from other numba code, with parallel on and off, and balance
+their reference counts."""
 
+import gc
 import warnings
 
 import numpy as np
 import pytest
 from numba import njit, prange
+from numba.core.runtime import _nrt_python, rtsys
 
 import mdverify as md
 from mdverify.core.mentor import FIELDS, mentor_row, mentor_row_select
+from mdverify.core import jit
 from mdverify.workloads import llm_rows
 
 
@@ -70,3 +74,41 @@ def test_caches_of_changed_kernel_sources_are_dropped(tmp_path, monkeypatch):
     (package / "a.py").write_text("@kernel\ndef f(x):\n    return x + 1\n")
     jit.drop_stale_caches()
     assert not cached.exists()
+
+
+def _every_path():
+    """md.mentor over rows that take every path of both solvers: short rows (no sample), rows
+    with a sample, truncated rows on either side, a padded vocabulary, float32, budgets that
+    bind and those where r = q, prices, and md.RatioIndex."""
+    rows = [llm_rows(n, 2, seed=n, truncate=truncate) for n in (300, 5000) for truncate in (None, "top_p", "both")]
+    p, q = llm_rows(4000, 2, seed=1)
+    rows.append((np.pad(p, ((0, 0), (0, 96))), np.pad(q, ((0, 0), (0, 96)))))  # padding: p = q = 0
+    rows.append(llm_rows(5000, 2, seed=2, dtype=np.float32))
+    for p, q in rows:
+        for divergence in ("tv", "kl", "jensen_shannon"):
+            for method in ("select", "sorted"):
+                for eps in (1e-3, 0.1, 10.0):
+                    md.mentor(p, q, eps, divergence, method=method)
+                md.mentor(p, q, divergence=divergence, method=method, price=2.0)
+        md.RatioIndex(p[0], q[0]).query("kl", 0.05)
+
+
+def test_borrowed_kernels_leave_reference_counts_balanced():
+    """Kernels compiled without reference counting (``borrow=True``) must neither keep an array
+    a callee returns them (a leak) nor hand back one they were given (freed twice): over every
+    path, each allocation of the kernels is freed once the results are gone."""
+    assert sum(chosen.get("_nrt") is False for _, chosen in jit.KERNELS) >= 15 or not jit.BORROWING
+    _every_path()  # compiled, and whatever compiling allocates, beforehand
+    gc.collect()
+    _nrt_python.memsys_enable_stats()  # numba's own switch (NUMBA_NRT_STATS) at run time
+    try:
+        before = rtsys.get_allocation_stats()
+        _every_path()
+        gc.collect()
+        after = rtsys.get_allocation_stats()
+    finally:
+        _nrt_python.memsys_disable_stats()
+    allocated = after.alloc - before.alloc
+    assert allocated > 1000  # the kernels allocate (workspaces, samples, results): counted
+    assert after.free - before.free == allocated
+    assert after.mi_free - before.mi_free == after.mi_alloc - before.mi_alloc

@@ -26,7 +26,7 @@ def sums_valid(sum_p, sum_q, invalid, tolerance):
     return abs(sum_p - 1.0) <= tolerance and abs(sum_q - 1.0) <= tolerance and invalid == 0.0
 
 
-@kernel(reassociate=True)
+@kernel(reassociate=True, borrow=True)
 def row_valid(p, q, tolerance):
     """True when p and q (one row each) sum to 1 within ``tolerance``, have no negative entry,
     and p no positive entry below the smallest normal double. A nan or inf entry makes its

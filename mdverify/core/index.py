@@ -33,7 +33,7 @@ def add_compensated(total, error, x):
     return s, error + (total - (s - t)) + (x - t)
 
 
-@kernel
+@kernel(borrow=True)
 def split_sides(p, q, key, weight):
     """Write the low side to [0, n_low) and the high side to [size - n_high, size) of ``key``
     and ``weight`` (float64 arrays of a length size >= n), each in row order; return (n_low,

@@ -14,9 +14,12 @@ import hashlib
 from pathlib import Path
 
 from numba import njit
+from numba.core.cpu import CPUTargetOptions
 
 #: (dispatcher, options) of every kernel, in the order they were defined.
 KERNELS: list = []
+#: Whether this numba compiles a kernel without reference counting (its ``_nrt`` option).
+BORROWING = hasattr(CPUTargetOptions, "_nrt")
 #: The package whose kernels are cached beside their sources, and the stamp of those sources.
 PACKAGE = Path(__file__).resolve().parents[1]
 STAMP = PACKAGE / "__pycache__" / "numba-kernel-sources.sha256"
@@ -47,21 +50,33 @@ def drop_stale_caches() -> None:
 drop_stale_caches()
 
 
-def options(parallel: bool = False, cache: bool = True, reassociate: bool = False, inline: bool = False) -> dict:
+def options(parallel: bool = False, cache: bool = True, reassociate: bool = False, inline: bool = False,
+            borrow: bool = False) -> dict:
     fastmath = {"reassoc"} if reassociate else False
-    return dict(cache=cache, error_model="numpy", nogil=True, parallel=parallel, fastmath=fastmath,
-                inline="always" if inline else "never")
+    chosen = dict(cache=cache, error_model="numpy", nogil=True, parallel=parallel, fastmath=fastmath,
+                  inline="always" if inline else "never")
+    if borrow and BORROWING:
+        chosen["_nrt"] = False
+    return chosen
 
 
-def kernel(fn=None, *, parallel: bool = False, reassociate: bool = False, cache: bool = True, inline: bool = False):
+def kernel(fn=None, *, parallel: bool = False, reassociate: bool = False, cache: bool = True, inline: bool = False,
+           borrow: bool = False):
     """``@kernel``, ``@kernel(parallel=True)`` or ``@kernel(reassociate=True)``: njit with the
     project's options; ``cache=False`` for code generated at run time, never cached on disk;
     ``inline=True`` for a function inlined into its callers before compiling (which then
     compile it with their own options), where the compiler would not inline it but a loop must
-    have it inline to vectorise."""
+    have it inline to vectorise.
+
+    ``borrow=True`` for a kernel that only borrows the arrays it is passed: compiled without
+    numba's reference counting, which otherwise costs each call two atomic operations per
+    array (on the short rows of a decoder, where the search partitions a few tokens at a
+    time, a quarter of its time). numba refuses to compile such a kernel, or anything it
+    calls, where it allocates or returns an array it was not passed; ``tests/test_kernels.py``
+    checks that every path leaves the reference counts balanced."""
 
     def compile_(f):
-        chosen = options(parallel, cache=cache, reassociate=reassociate, inline=inline)
+        chosen = options(parallel, cache=cache, reassociate=reassociate, inline=inline, borrow=borrow)
         dispatcher = njit(**chosen)(f)
         KERNELS.append((dispatcher, chosen))
         return dispatcher

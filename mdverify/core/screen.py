@@ -51,13 +51,13 @@ def flag_view(workspace_row, n):
     return workspace_row.view(np.uint8)[: 8 * ((n + 7) // 8)]
 
 
-@kernel
+@kernel(borrow=True)
 def inclusion(p, q, i, size):
     """Probability min(1, (max(p_i, q_i) + 1 / n) size) with which ``mark_sample`` takes token i."""
     return min(1.0, (max(np.float64(p[i]), np.float64(q[i])) + 1.0 / p.size) * size)
 
 
-@kernel(reassociate=True)
+@kernel(reassociate=True, borrow=True)
 def mark_sample(p, q, size, flags, check):
     """flags[i] = 1 for a sample that takes token i with probability ``inclusion``, else 0.
 
@@ -93,7 +93,7 @@ def mark_sample(p, q, size, flags, check):
     return not outside, True
 
 
-@kernel
+@kernel(borrow=True)
 def flagged(flags, n, positions):
     """Write the positions i < n with a non-zero flag to ``positions`` (int64), in order;
     return their count. The flags are read eight at a time, as one word, and only the
@@ -137,7 +137,7 @@ def screen_factors(bounds):
             b_hi * (1.0 + _SLACK))
 
 
-@kernel(reassociate=True)
+@kernel(reassociate=True, borrow=True)
 def screen(p, q, bounds, flags):
     """Flag every token for the search; return (base, capacity_low, capacity_high, q0,
     p_clipped_low, p_clipped_high, p_released_low, p_released_high, moved_released_low,
@@ -219,7 +219,7 @@ def gather(p, q, flags, positions, key, weight, n_low, n_high, n_released_low, n
             _place(p, q, flags, i, key, weight, cursors)
 
 
-@kernel
+@kernel(borrow=True)
 def _place(p, q, flags, i, key, weight, cursors):
     flag = flags[i]
     slot = cursors[flag]

@@ -102,7 +102,7 @@ def _mix(x):
     return x ^ (x >> np.uint64(31))
 
 
-@kernel
+@kernel(borrow=True)
 def _pivot(key, lo, hi, scratch):
     """Median of PIVOT_SAMPLES (or 9, or 3) undecided keys at positions drawn by hashing (lo, hi).
 
@@ -130,7 +130,7 @@ def _pivot(key, lo, hi, scratch):
     return scratch[0, count // 2]
 
 
-@kernel
+@kernel(borrow=True)
 def _partition(key, p, lo, hi, v, s, strict, scratch):
     """Partition [lo, hi) into [lo, i) with key <= v (key < v when ``strict``) and [i, hi).
 
@@ -165,7 +165,7 @@ def _partition(key, p, lo, hi, v, s, strict, scratch):
     return lo + left, p_left, p_right, moved_right
 
 
-@kernel
+@kernel(borrow=True)
 def _locate(key, p, position, sums, s, m, scratch):
     """Partition the undecided tokens into [LO, k) clipped and [k, HI) released at moved mass m.
 
@@ -217,7 +217,7 @@ def _cost_bounds(kind, alpha, s, t, p_clip, f_exact, p_unsummed, moved_unsummed)
     return lower, upper
 
 
-@kernel
+@kernel(borrow=True)
 def _settle(position, sums, released, split, p_moved, moved, threshold, summed, f_summed):
     """Settle the undecided tokens on one side of ``split`` (see ``select_walk``).
 
@@ -484,7 +484,7 @@ def _sample_bounds(n, tokens, ps, qs, eps, kind, alpha, slope_limit):
     return levels, not binding and not stuck
 
 
-@kernel
+@kernel(borrow=True)
 def _extreme_ratios(ratios):
     """(min(1, least ratio), max(1, greatest ratio)) of ratios >= 0, none of them nan: compared
     as their bits, which order such floats as their values, so that the loop vectorises."""
@@ -497,7 +497,7 @@ def _extreme_ratios(ratios):
     return np.int64(least).view(np.float64), np.int64(greatest).view(np.float64)
 
 
-@kernel(reassociate=True)
+@kernel(reassociate=True, borrow=True)
 def _overlap_sums(ps, qs):
     """(sum min(p, q), sum (p - q)_+, sum (q - p)_+) of a chunk, added in an order the compiler
     chooses (vectorised)."""
@@ -510,7 +510,7 @@ def _overlap_sums(ps, qs):
     return base, low, high
 
 
-@kernel
+@kernel(borrow=True)
 def _add_overlap(sums, ps, qs):
     """Add a chunk's ``_overlap_sums`` to sums = (base, capacity_low, capacity_high) with their
     compensations in sums[3:]. Compensated across chunks: base + m is the acceptance, to be
@@ -635,7 +635,7 @@ def _complete_sums(p, q, eps, kind, alpha, work):
     return (True, value, a, b) + _overlap_totals(sums)
 
 
-@kernel
+@kernel(borrow=True)
 def _padded_from(p, q, first):
     """The number of tokens from ``first`` on that have q > 0 and a finite ratio, where every
     token after them has p = q = 0 (the row ends in padding); else -1."""
@@ -649,7 +649,7 @@ def _padded_from(p, q, first):
     return end - first
 
 
-@kernel
+@kernel(borrow=True)
 def _ratios_of(p, q, ratios):
     """Write q/p of a chunk as float64 to ``ratios``; return whether every token has q > 0 and a
     finite ratio."""
@@ -662,7 +662,7 @@ def _ratios_of(p, q, ratios):
     return missing == 0
 
 
-@kernel
+@kernel(borrow=True)
 def _reach(keys, tokens, t, floor, ceiling, reach):
     """The keys nearest below and above ``t`` beyond which the sample tokens (sorted by key)
     stand for ``reach`` row tokens on that side of t; ``floor`` and ``ceiling`` where they
@@ -687,7 +687,7 @@ def _reach(keys, tokens, t, floor, ceiling, reach):
     return below, above
 
 
-@kernel
+@kernel(borrow=True)
 def _ratio_at(sums, s, m, tolerance):
     """One side's threshold ratio at moved mass m in the last segment, where its clipped group
     (p-mass P_CLIP) moves between keys REL_MIN and CLIP_MAX: exactly those from the group's
@@ -702,7 +702,7 @@ def _ratio_at(sums, s, m, tolerance):
     return s * key
 
 
-@kernel
+@kernel(borrow=True)
 def _thresholds_at(low_sums, high_sums, m, tolerance, fill_open):
     """(a, b, fill) at moved mass m in the last segment (see ``_ratio_at``); ``fill`` the mass
     moved onto tokens with p = 0 where the high side has no clipped group and they can take it."""

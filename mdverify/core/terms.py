@@ -26,7 +26,7 @@ def weighted_f_tilde(kind, alpha, weight, t):
     return value
 
 
-@kernel(reassociate=True)
+@kernel(reassociate=True, borrow=True)
 def sum_of_terms(terms, count):
     """terms[0] + ... + terms[count - 1], added in an order the compiler chooses (vectorised)."""
     total = 0.0
@@ -71,7 +71,7 @@ def needs_f_tilde(t, r):
     return (t < np.inf) & (r > 0.0)
 
 
-@kernel
+@kernel(borrow=True)
 def divergence_terms(r, p, terms):
     """The terms of D_f(r || p), laid out for ``divergence_of_terms``: in row order, the ratios
     r_i / p_i, the p_i and the r_i of the tokens whose term needs f~ (0 < r_i, the ratio finite)
