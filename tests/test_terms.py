@@ -7,8 +7,12 @@ import pytest
 
 import mdverify as md
 from mdverify.core import select
-from mdverify.core.terms import divergence_row, sum_weighted_f_tilde, weighted_f_tilde
+from mdverify.core.terms import CHUNK, divergence_row, sum_weighted_f_tilde, weighted_f_tilde
 from mdverify.bench.families import FAMILIES
+
+
+def _sum(kind, alpha, key, weight, s, start, end, initial, limit, scratch=CHUNK):
+    return sum_weighted_f_tilde(kind, alpha, key, weight, s, start, end, initial, limit, np.empty(scratch))
 
 
 def _reference(kind, alpha, key, weight, s):
@@ -23,9 +27,22 @@ def test_sum_of_terms_is_their_exact_sum(entry):
     weight = rng.dirichlet(np.ones(5000))
     for s, key in ((1.0, ratios), (-1.0, -ratios)):
         for start, end in ((0, 5000), (3, 1029), (17, 17)):
-            got = sum_weighted_f_tilde(entry.kind, entry.param, key, weight, s, start, end, 0.0, np.inf)
+            got = _sum(entry.kind, entry.param, key, weight, s, start, end, 0.0, np.inf)
             want = _reference(entry.kind, entry.param, key[start:end], weight[start:end], s)
             assert got == pytest.approx(want, rel=1e-14, abs=1e-300), (entry.name, s, start, end)
+
+
+def test_a_sum_is_the_same_in_any_scratch_that_holds_its_chunks(entry):
+    """The search sums in its scratch row, as long as the row it searches: wherever that holds
+    min(CHUNK, end - start) terms, the chunks and so the sum are those of a CHUNK-long scratch,
+    to the last bit (equal rows, equal sums, whichever caller sums them)."""
+    rng = np.random.default_rng(8)
+    key, weight = np.exp(rng.normal(0.0, 3.0, 3000)), rng.dirichlet(np.ones(3000))
+    for start, end in ((0, 3000), (5, 300), (100, 612)):
+        want = _sum(entry.kind, entry.param, key, weight, 1.0, start, end, 0.0, np.inf)
+        for scratch in (min(CHUNK, end - start), end - start, 3000, 2 * CHUNK + 1):
+            got = _sum(entry.kind, entry.param, key, weight, 1.0, start, end, 0.0, np.inf, scratch)
+            assert got == want, (entry.name, start, end, scratch)
 
 
 def test_a_sum_stops_once_it_exceeds_its_limit(entry):
@@ -33,9 +50,9 @@ def test_a_sum_stops_once_it_exceeds_its_limit(entry):
     add to it): then over the limit, and never over the whole sum; the whole sum otherwise."""
     rng = np.random.default_rng(5)
     key, weight = np.exp(rng.normal(0.0, 2.0, 20000)), rng.dirichlet(np.ones(20000))
-    whole = sum_weighted_f_tilde(entry.kind, entry.param, key, weight, 1.0, 0, key.size, 0.0, np.inf)
+    whole = _sum(entry.kind, entry.param, key, weight, 1.0, 0, key.size, 0.0, np.inf)
     for limit in (0.0, whole / 3, whole * (1 - 1e-9), whole, 2 * whole):
-        got = sum_weighted_f_tilde(entry.kind, entry.param, key, weight, 1.0, 0, key.size, 0.0, limit)
+        got = _sum(entry.kind, entry.param, key, weight, 1.0, 0, key.size, 0.0, limit)
         assert got == whole if limit >= whole else limit < got <= whole, (entry.name, limit)
 
 
@@ -46,10 +63,10 @@ def test_terms_whose_f_overflows_are_summed_term_by_term():
     kl, reverse_kl = md.divergence("kl"), md.divergence("reverse_kl")
     key = np.array([0.5, 1e306 / 2, 2.0])
     weight = np.array([0.2, 1e-306, 0.3])
-    got = sum_weighted_f_tilde(kl.kind, kl.param, key, weight, 1.0, 0, 3, 0.0, np.inf)
+    got = _sum(kl.kind, kl.param, key, weight, 1.0, 0, 3, 0.0, np.inf)
     assert np.isfinite(got) and got == pytest.approx(_reference(kl.kind, kl.param, key, weight, 1.0), rel=1e-14)
     key[0] = 0.0
-    assert sum_weighted_f_tilde(reverse_kl.kind, reverse_kl.param, key, weight, 1.0, 0, 3, 0.0, np.inf) == np.inf
+    assert _sum(reverse_kl.kind, reverse_kl.param, key, weight, 1.0, 0, 3, 0.0, np.inf) == np.inf
 
 
 def test_divergence_row_counts_every_kind_of_token(entry):

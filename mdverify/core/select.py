@@ -242,13 +242,13 @@ def _settle(position, sums, released, split, p_moved, moved, threshold, summed, 
         position[END] = position[HI]
 
 
-@kernel
-def _side_cost(key, p, position, sums, s, t, split, p_clip_extra, kind, alpha):
+@kernel(borrow=True)
+def _side_cost(key, p, position, sums, s, t, split, p_clip_extra, kind, alpha, terms):
     """(D, f_released, f_unsummed): one side's D at threshold t with the undecided tokens split
-    at ``split``, summed exactly, and its sums over the tokens released at t and over those
-    released before and not yet summed."""
-    f_released = sum_weighted_f_tilde(kind, alpha, key, p, s, split, position[HI], 0.0, np.inf)
-    f_unsummed = sum_weighted_f_tilde(kind, alpha, key, p, s, position[HI], position[END], 0.0, np.inf)
+    at ``split``, summed exactly (in ``terms``: see ``sum_weighted_f_tilde``), and its sums over
+    the tokens released at t and over those released before and not yet summed."""
+    f_released = sum_weighted_f_tilde(kind, alpha, key, p, s, split, position[HI], 0.0, np.inf, terms)
+    f_unsummed = sum_weighted_f_tilde(kind, alpha, key, p, s, position[HI], position[END], 0.0, np.inf, terms)
     value = sums[F_EXACT] + f_released + f_unsummed
     p_clip = sums[P_CLIP] + p_clip_extra
     if p_clip > 0.0:
@@ -739,40 +739,15 @@ def _held_back(low_sums, high_sums, m_end, tolerance, fill_open, eps, kind, alph
     return held, state
 
 
-@kernel
-def _search(work, split, unsummed, low_sums, high_sums, eps, kind, alpha, slope_limit):
-    """``select_walk`` on rows already split into ``work``: ``split`` is what ``split_sides``
-    returns, with the last ``unsummed`` tokens of each side (low, high) released before the
-    search and not summed; ``low_sums`` and ``high_sums`` the sides' sums over the tokens
-    settled before the search (``_settled``), which the search updates.
-
-    With a finite ``slope_limit`` (1 / price) the search finds the largest m whose slope
-    dD/dm = f~'(b) - f~'(a) is at most it, instead of the largest with D(m) <= eps; no sums
-    of f~ are needed to decide, only the two thresholds at each pivot.
-
-    Returns (state, binding, q0, base, stopped): ``stopped`` when the state is not a crossing
-    of the budget inside the last segment nor the end at m_max, but where that segment ends
-    (or an empty one: its ends crossed), within the budget. The search's decisions make that
-    the optimum, but with tokens settled beforehand it may be only the end of their reach.
-    """
-    size = work.shape[1]
-    n_low, n_high, q0, base, capacity_low, capacity_high = split
-    scratch = work[2:]
-    low_key = work[0, :n_low]
-    low_p = work[1, :n_low]
-    high_key = work[0, size - n_high:]
-    high_p = work[1, size - n_high:]
-    keys = (low_key, high_key)
-    ps = (low_p, high_p)
+@kernel(borrow=True)
+def _narrow(keys, ps, positions, sums, scratch, capacity_high, fill_open, m_max, eps, kind, alpha, slope_limit):
+    """The search proper of ``_search``: settle every undecided token of both sides (``keys``,
+    ``ps``, ``positions`` and ``sums`` each a (low, high) pair), pivot by pivot, updating the
+    positions and sums in place. Without reference counting: it picks a side's arrays from
+    the pairs at every pivot, which would otherwise count a reference to each."""
+    low_position, high_position = positions
     signs = (1.0, -1.0)
-    low_position = np.array([0, n_low - unsummed[0], n_low], np.int64)
-    high_position = np.array([0, n_high - unsummed[1], n_high], np.int64)
-    positions = (low_position, high_position)
-    sums = (low_sums, high_sums)
     fpinf = f_tilde_prime_at_inf(kind, alpha)
-    fill_open = q0 > 0.0 and fpinf < np.inf
-    m_max = min(capacity_low, capacity_high + (q0 if fill_open else 0.0))
-
     while True:
         undecided_low = low_position[HI] - low_position[LO]
         undecided_high = high_position[HI] - high_position[LO]
@@ -805,9 +780,10 @@ def _search(work, split, unsummed, low_sums, high_sums, eps, kind, alpha, slope_
             if slope_limit < np.inf:
                 break
             if exact:
-                lower, f_side, f_side_unsummed = _side_cost(key, pp, position, side_sums, s, v, i, p_left, kind, alpha)
+                lower, f_side, f_side_unsummed = _side_cost(key, pp, position, side_sums, s, v, i, p_left, kind, alpha,
+                                                            scratch[0])
                 o_lower, f_other, f_other_unsummed = _side_cost(okey, op, oposition, osums, os, t, split, op_clipped,
-                                                                kind, alpha)
+                                                                kind, alpha, scratch[0])
                 upper, o_upper = lower, o_lower
             else:  # from sums alone, passed as numbers: a call counts a reference to each array it is passed
                 lower, upper = _cost_bounds(kind, alpha, s, v, side_sums[P_CLIP] + p_left, side_sums[F_EXACT],
@@ -841,6 +817,41 @@ def _search(work, split, unsummed, low_sums, high_sums, eps, kind, alpha, slope_
             _settle(oposition, osums, False, split, op_clipped, 0.0, oclip_max,
                     summed, f_other_unsummed)
 
+
+@kernel
+def _search(work, split, unsummed, low_sums, high_sums, eps, kind, alpha, slope_limit):
+    """``select_walk`` on rows already split into ``work``: ``split`` is what ``split_sides``
+    returns, with the last ``unsummed`` tokens of each side (low, high) released before the
+    search and not summed; ``low_sums`` and ``high_sums`` the sides' sums over the tokens
+    settled before the search (``_settled``), which the search updates.
+
+    With a finite ``slope_limit`` (1 / price) the search finds the largest m whose slope
+    dD/dm = f~'(b) - f~'(a) is at most it, instead of the largest with D(m) <= eps; no sums
+    of f~ are needed to decide, only the two thresholds at each pivot.
+
+    Returns (state, binding, q0, base, stopped): ``stopped`` when the state is not a crossing
+    of the budget inside the last segment nor the end at m_max, but where that segment ends
+    (or an empty one: its ends crossed), within the budget. The search's decisions make that
+    the optimum, but with tokens settled beforehand it may be only the end of their reach.
+    """
+    size = work.shape[1]
+    n_low, n_high, q0, base, capacity_low, capacity_high = split
+    scratch = work[2:]
+    low_key = work[0, :n_low]
+    low_p = work[1, :n_low]
+    high_key = work[0, size - n_high:]
+    high_p = work[1, size - n_high:]
+    keys = (low_key, high_key)
+    ps = (low_p, high_p)
+    signs = (1.0, -1.0)
+    low_position = np.array([0, n_low - unsummed[0], n_low], np.int64)
+    high_position = np.array([0, n_high - unsummed[1], n_high], np.int64)
+    positions = (low_position, high_position)
+    sums = (low_sums, high_sums)
+    fpinf = f_tilde_prime_at_inf(kind, alpha)
+    fill_open = q0 > 0.0 and fpinf < np.inf
+    m_max = min(capacity_low, capacity_high + (q0 if fill_open else 0.0))
+    _narrow(keys, ps, positions, sums, scratch, capacity_high, fill_open, m_max, eps, kind, alpha, slope_limit)
     # Both sides settled: the last segment.
     p_low = low_sums[P_CLIP]
     p_high = high_sums[P_CLIP]
@@ -871,7 +882,7 @@ def _search(work, split, unsummed, low_sums, high_sums, eps, kind, alpha, slope_
     for side in range(2):
         position, side_sums = positions[side], sums[side]
         side_sums[F_EXACT] += sum_weighted_f_tilde(kind, alpha, keys[side], ps[side], signs[side], position[HI],
-                                                   position[END], 0.0, np.inf)
+                                                   position[END], 0.0, np.inf, scratch[0])
     a0, b0, fill0 = _thresholds_at(low_sums, high_sums, m_start, tolerance, fill_open)
     f_low = low_sums[F_EXACT]
     f_high = high_sums[F_EXACT]

@@ -35,21 +35,22 @@ def sum_of_terms(terms, count):
     return total
 
 
-@kernel
-def sum_weighted_f_tilde(kind, alpha, key, weight, s, start, end, initial, limit):
+@kernel(borrow=True)
+def sum_weighted_f_tilde(kind, alpha, key, weight, s, start, end, initial, limit, terms):
     """``initial`` plus the sum of weight[i] f~(s key[i]) over i in [start, end), for weight >= 0
     and s key >= 0; or, once that with only a first part of the terms exceeds ``limit`` (inf
     for none), that: the terms are not negative, so the whole sum exceeds it too.
 
     Chunks of terms are computed by the generated loop without branches or calls, which the
-    compiler vectorises, and added in an order it chooses (reassociated: the rounding of the
-    sum changes, nothing else); where that is not finite, term by term (``weighted_f_tilde``)
-    up to the first infinite term.
+    compiler vectorises, into ``terms`` (float64 scratch of length >= min(CHUNK, end - start)),
+    and added in an order it chooses (reassociated: the rounding of the sum changes, nothing
+    else); where that is not finite, term by term (``weighted_f_tilde``) up to the first
+    infinite term.
     """
-    terms = np.empty(CHUNK, np.float64)
+    chunk = max(1, min(CHUNK, terms.size))
     total = initial
-    for first in range(start, end, CHUNK):
-        count = min(CHUNK, end - first)
+    for first in range(start, end, chunk):
+        count = min(chunk, end - first)
         weighted_f_tilde_terms(kind, alpha, key, weight, s, first, count, terms)
         total += sum_of_terms(terms, count)
         if limit < total < np.inf:
@@ -105,7 +106,8 @@ def divergence_of_terms(kind, alpha, terms, count, zero, spilled, limit):
         value += zero * f_tilde_at_zero(kind, alpha)
     if value == np.inf or value > limit:
         return value
-    return sum_weighted_f_tilde(kind, alpha, terms[0], terms[1], 1.0, 0, count, value, limit)
+    chunk = np.empty(CHUNK, np.float64)
+    return sum_weighted_f_tilde(kind, alpha, terms[0], terms[1], 1.0, 0, count, value, limit, chunk)
 
 
 @kernel
