@@ -106,14 +106,26 @@ def verify_rows(target, draft, tokens, eps, kind, alpha, method, uniforms, out_t
     """``verify_row`` over a batch (B rows) in parallel; eps has shape (B, k), ``work`` (chunks, 4, n)."""
     rows = target.shape[0]
     chunks = work.shape[0]
-    n = target.shape[2]
+    if chunks == 1:  # one chunk: no parallel region to start (as in mentor_rows)
+        _verify_chunk(target, draft, tokens, eps, kind, alpha, method, uniforms, out_tokens, num_accepted, work[0], 0,
+                      rows)
+        return
     for c in prange(chunks):
-        r = np.empty(n, np.float64)
-        residual = np.empty(n, np.float64)
-        fields = np.empty(len(FIELDS), np.float64)
-        for b in range(c * rows // chunks, (c + 1) * rows // chunks):
-            num_accepted[b] = verify_row(target[b], draft[b], tokens[b], eps[b], kind, alpha, method,
-                                         uniforms[b], out_tokens[b], r, fields, residual, work[c])
+        _verify_chunk(target, draft, tokens, eps, kind, alpha, method, uniforms, out_tokens, num_accepted, work[c],
+                      c * rows // chunks, (c + 1) * rows // chunks)
+
+
+@kernel
+def _verify_chunk(target, draft, tokens, eps, kind, alpha, method, uniforms, out_tokens, num_accepted, work, first,
+                  end):
+    """``verify_row`` for rows [first, end) with one workspace."""
+    n = target.shape[2]
+    r = np.empty(n, np.float64)
+    residual = np.empty(n, np.float64)
+    fields = np.empty(len(FIELDS), np.float64)
+    for b in range(first, end):
+        num_accepted[b] = verify_row(target[b], draft[b], tokens[b], eps[b], kind, alpha, method, uniforms[b],
+                                     out_tokens[b], r, fields, residual, work)
 
 
 @kernel(parallel=True)
@@ -122,12 +134,22 @@ def verify_rows_priced(target, draft, tokens, prices, kind, alpha, method, unifo
     """``verify_row_priced`` over a batch in parallel; prices (B,), eps (B, k) receives the plans' budgets."""
     rows = target.shape[0]
     chunks = work.shape[0]
-    k = draft.shape[1]
-    n = target.shape[2]
+    if chunks == 1:  # as in verify_rows
+        _verify_priced_chunk(target, draft, tokens, prices, kind, alpha, method, uniforms, out_tokens, num_accepted,
+                             eps, work[0], 0, rows)
+        return
     for c in prange(chunks):
-        rs = np.empty((k, n), np.float64)
-        residual = np.empty(n, np.float64)
-        fields = np.empty(len(FIELDS), np.float64)
-        for b in range(c * rows // chunks, (c + 1) * rows // chunks):
-            num_accepted[b] = verify_row_priced(target[b], draft[b], tokens[b], prices[b], kind, alpha, method,
-                                                uniforms[b], out_tokens[b], rs, fields, residual, work[c], eps[b])
+        _verify_priced_chunk(target, draft, tokens, prices, kind, alpha, method, uniforms, out_tokens, num_accepted,
+                             eps, work[c], c * rows // chunks, (c + 1) * rows // chunks)
+
+
+@kernel
+def _verify_priced_chunk(target, draft, tokens, prices, kind, alpha, method, uniforms, out_tokens, num_accepted, eps,
+                         work, first, end):
+    """``verify_row_priced`` for rows [first, end) with one workspace."""
+    rs = np.empty((draft.shape[1], target.shape[2]), np.float64)
+    residual = np.empty(target.shape[2], np.float64)
+    fields = np.empty(len(FIELDS), np.float64)
+    for b in range(first, end):
+        num_accepted[b] = verify_row_priced(target[b], draft[b], tokens[b], prices[b], kind, alpha, method,
+                                            uniforms[b], out_tokens[b], rs, fields, residual, work, eps[b])
