@@ -92,7 +92,8 @@ def test_screen_decides_ratios_next_to_the_bounds_as_their_rounding(dtype):
 def test_gather_lays_out_each_side_undecided_first_then_released(dense, monkeypatch):
     """Both of gather's ways (visiting the flagged tokens, or every token) give split_sides'
     layout with each side's undecided tokens first, its released ones after, in row order."""
-    monkeypatch.setattr(screen, "DENSE", 0.0 if dense else 2.0)  # run as Python, gather reads it each call
+    for share in ("DENSE", "DENSE_UNCACHED"):  # run as Python, gather reads them each call
+        monkeypatch.setattr(screen, share, 0.0 if dense else 2.0)
     gather = screen.gather.py_func
     bounds = (0.4, 0.9, 1.2, 3.0)
     for label, p, q in _rows():
