@@ -165,6 +165,42 @@ def test_the_sample_is_searched_only_where_r_equals_q_exceeds_the_budget_on_it()
     assert shortcuts >= 40  # the shortcut is taken, and checked, on most rows
 
 
+def test_the_walk_and_the_search_find_the_same_sample_optimum(monkeypatch):
+    """``_sample_optimum`` walks to the sample's optimum within its first breakpoints and
+    searches beyond: both ways give the same thresholds (to rounding) and the same verdict on
+    the budget, over every row family, four divergences, budgets from 1e-4 to 10 and a price.
+    Run as Python with the walk's share patched, so that each way solves every case."""
+    from mdverify.bench.families import FAMILIES
+    from mdverify.core import select
+
+    optimum = select._sample_optimum.py_func
+    cases = 0
+    for k, (family, rows) in enumerate(FAMILIES.items()):
+        p, q = (np.ascontiguousarray(x, dtype=np.float64) for x in rows(8192, np.random.default_rng(k)))
+        _, _, _, ps, qs = select._sample(p, q, np.empty((4, p.size)), False)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            keys = qs / ps
+        order = np.argsort(keys, kind="stable")
+        sorted_keys = keys[order]
+        sides = (np.searchsorted(sorted_keys, 1.0), np.searchsorted(sorted_keys, 1.0, side="right"),
+                 np.searchsorted(sorted_keys, np.inf))
+        for name in ("kl", "reverse_kl", "jensen_shannon", "tv"):
+            entry = md.divergence(name)
+            for eps, slope_limit in [(eps, np.inf) for eps in (1e-4, 1e-2, 0.1, 1.0, 10.0)] + [(np.inf, 0.5)]:
+                found = []
+                for share in (1e-9, 1e9):  # walk to the end; search at once
+                    monkeypatch.setattr(select, "SAMPLE_WALK_SHARE", share)
+                    state, binding = optimum(ps, qs, order, sorted_keys, *sides, eps, entry.kind, entry.param,
+                                             slope_limit)
+                    found.append((state[select.A], state[select.B], binding))
+                (a_walk, b_walk, walk_binds), (a_search, b_search, search_binds) = found
+                assert walk_binds == search_binds, (family, name, eps)
+                assert a_walk == pytest.approx(a_search, rel=1e-9, abs=1e-300), (family, name, eps)
+                assert b_walk == pytest.approx(b_search, rel=1e-9), (family, name, eps)
+                cases += walk_binds
+    assert cases >= 100  # most cases bind, where the thresholds are interior
+
+
 @pytest.mark.parametrize("family", ["LLM-like, T = 0.7", "Zipf, weak drafter noise", "unrelated drafter",
                                     "near-identical pair"])
 def test_the_one_pass_drafter_sums_are_the_compacted_ones(family):

@@ -35,12 +35,13 @@ import numpy as np
 
 from mdverify.core._fgen import f_tilde, f_tilde_prime, f_tilde_prime_at_inf, weighted_f_tilde_terms
 from mdverify.core.checks import row_valid, sum_tolerance
-from mdverify.core.index import add_compensated, split_sides
+from mdverify.core.index import _prefix_sums, add_compensated, split_sides
 from mdverify.core.jit import kernel
 from mdverify.core.terms import (CHUNK, divergence_of_terms, divergence_row, divergence_terms, needs_f_tilde,
                                  sum_of_terms, sum_weighted_f_tilde, weighted_f_tilde)
 from mdverify.core.screen import flag_view, flagged, gather, inclusion, mark_sample, screen
-from mdverify.core.walk import A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, segment_point, solve_segment, solve_slope
+from mdverify.core.walk import (A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, advance, initial_state, segment_point,
+                                solve_segment, solve_slope)
 
 # Per-side bookkeeping. Arrays are laid out [clipped | undecided | released, not summed |
 # released, summed]: positions LO, HI, END; sums over those regions in a float64 vector.
@@ -58,6 +59,11 @@ SAMPLE_FROM = 2048
 SAMPLE_SIZE = 512
 SAMPLE_SHARE = 16
 SAMPLE_REACH = (8.0, 64.0, np.inf)
+#: The sample's optimum is walked to (``walk.advance``, on the sample sorted for its bounds)
+#: through at most 1/SAMPLE_WALK_SHARE of its tokens' breakpoints, which costs about what
+#: the search does in all (a step about what it spends on four tokens), and searched for
+#: beyond: small budgets, crossed within a few breakpoints, cost a few steps.
+SAMPLE_WALK_SHARE = 4
 #: A sample on which the budget does not bind where it binds on the row misjudged its
 #: thresholds too: the screen then starts from this level of SAMPLE_REACH.
 MISJUDGED_LEVEL = 1
@@ -459,11 +465,6 @@ def _sample_bounds(n, tokens, ps, qs, eps, kind, alpha, slope_limit):
     of Floyd and Rivest's selection); or the trivial bound (0, 1, 1, inf) where it stands for
     fewer. A poor estimate costs speed, never exactness (see ``screened_walk``).
     """
-    m = ps.size
-    sample_work = np.empty((4, m), np.float64)
-    low, high = _nothing_settled()
-    state, binding, _, _, _ = _search(sample_work, split_sides(ps, qs, sample_work[0], sample_work[1]), (0, 0), low,
-                                      high, eps, kind, alpha, slope_limit)
     keys = qs / ps
     # One sort for both sides: low keys (< 1) come first, then ratio 1, then the finite high
     # keys, then inf (p = 0) and nan (p = q = 0).
@@ -473,6 +474,8 @@ def _sample_bounds(n, tokens, ps, qs, eps, kind, alpha, slope_limit):
     n_low = np.searchsorted(sorted_keys, 1.0)
     start_high = np.searchsorted(sorted_keys, 1.0, side="right")
     end_high = np.searchsorted(sorted_keys, np.inf)
+    state, binding = _sample_optimum(ps, qs, order, sorted_keys, n_low, start_high, end_high, eps, kind, alpha,
+                                     slope_limit)
     levels = np.empty((len(SAMPLE_REACH), 4), np.float64)
     for level in range(len(SAMPLE_REACH)):
         reach = SAMPLE_REACH[level] * n / _sample_size(n)
@@ -482,6 +485,30 @@ def _sample_bounds(n, tokens, ps, qs, eps, kind, alpha, slope_limit):
     # Drafter mass where p = 0, which the walk never moves when f~'(inf) = inf: r = q is out of reach.
     stuck = f_tilde_prime_at_inf(kind, alpha) == np.inf and end_high < keys.size and sorted_keys[end_high] == np.inf
     return levels, not binding and not stuck
+
+
+@kernel
+def _sample_optimum(ps, qs, order, sorted_keys, n_low, start_high, end_high, eps, kind, alpha, slope_limit):
+    """(state, binding): the optimum of the sample's (weighted) p and q, given sorted by ratio
+    (``order``, ``sorted_keys``: the low side [0, n_low), the high side [start_high,
+    end_high), p = 0 beyond). The walk over that order finds it where it lies within the
+    first 1/SAMPLE_WALK_SHARE of the breakpoints, the search (whose cost does not depend on
+    where it lies) beyond."""
+    low_p = ps[order[:n_low]]
+    high_p = ps[order[start_high:end_high]][::-1].copy()  # the walk's high side: rho descending
+    high_rho = sorted_keys[start_high:end_high][::-1].copy()
+    q0 = qs[order[end_high:]].sum()  # p = 0 (nan keys, p = q = 0, add nothing)
+    state = initial_state(n_low, high_p.size)
+    most = ps.size // SAMPLE_WALK_SHARE
+    binding, _, steps = advance(low_p, sorted_keys[:n_low], _prefix_sums(low_p), high_p, high_rho,
+                                _prefix_sums(high_p), q0, kind, alpha, eps, slope_limit, state,
+                                np.empty((0, STATE_SIZE), np.float64), most)
+    if steps > most:
+        work = np.empty((4, ps.size), np.float64)
+        low, high = _nothing_settled()
+        state, binding, _, _, _ = _search(work, split_sides(ps, qs, work[0], work[1]), (0, 0), low, high, eps, kind,
+                                          alpha, slope_limit)
+    return state, binding
 
 
 @kernel(borrow=True)

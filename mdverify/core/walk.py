@@ -25,6 +25,8 @@ from mdverify.core.terms import weighted_f_tilde
 # Walk state layout.
 D, M, A, B, FILL, F_LOW, F_HIGH, K_LOW, K_HIGH = range(9)
 STATE_SIZE = 9
+#: ``advance``'s max_steps for a walk to its end.
+UNLIMITED = 2 ** 62
 
 
 @kernel
@@ -156,7 +158,8 @@ def walk(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, e
     counts loop iterations, each of which retires at least one token or ends the walk, so
     steps <= n_low + n_high + 2 (the O(n) bound of SPEC C5, checked in proofs_checks).
     """
-    return advance(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps, np.inf, state, trace)
+    return advance(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps, np.inf, state, trace,
+                   UNLIMITED)
 
 
 @kernel
@@ -167,18 +170,22 @@ def walk_to_price(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind,
     at most 1 / price; returns (stopped_inside, rows, steps) as ``walk`` does.
     """
     return advance(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, np.inf, 1.0 / price, state,
-                   np.empty((0, STATE_SIZE), np.float64))
+                   np.empty((0, STATE_SIZE), np.float64), UNLIMITED)
 
 
 @kernel
-def advance(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps, slope_limit, state, trace):
-    """``walk`` to the first of the budget ``eps`` and the marginal cost ``slope_limit`` = dD/dm."""
+def advance(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps, slope_limit, state, trace,
+            max_steps):
+    """``walk`` to the first of the budget ``eps`` and the marginal cost ``slope_limit`` = dD/dm;
+    or, after ``max_steps`` steps (UNLIMITED for none), stopped where it is, with steps > max_steps."""
     fpinf = f_tilde_prime_at_inf(kind, alpha)
     h0_open = q0 > 0.0 and fpinf < np.inf
     rows = 0
     steps = 0
     while True:
         steps += 1
+        if steps > max_steps:
+            return False, rows, steps
         k_low = int(state[K_LOW])
         k_high = int(state[K_HIGH])
         if k_low == 0:
