@@ -165,6 +165,22 @@ def test_the_sample_is_searched_only_where_r_equals_q_exceeds_the_budget_on_it()
     assert shortcuts >= 40  # the shortcut is taken, and checked, on most rows
 
 
+@pytest.mark.parametrize("m", [0, 1, 2, 3, 255, 256, 257, 1025])
+def test_the_ratio_order_sorts_ratios_ties_by_position(m):
+    """``_ratio_order`` is the stable argsort of ratios: zeros, ties, keys that differ only in
+    the lowest bits (which the packed sort sets aside), inf, and nan last."""
+    from mdverify.core import select
+
+    keys = np.exp(np.random.default_rng(m).normal(0.0, 2.0, m))
+    keys[::7] = 1.0
+    keys[::11] = np.nextafter(1.0, 2.0)
+    keys[::13] = np.inf
+    keys[::17] = 0.0
+    keys[::19] = np.nan
+    keys[3::23] = keys[2::23][: keys[3::23].size] * (1.0 + 2.0 ** -52)
+    np.testing.assert_array_equal(select._ratio_order(keys), np.argsort(keys, kind="stable"))
+
+
 def test_the_walk_and_the_search_find_the_same_sample_optimum(monkeypatch):
     """``_sample_optimum`` walks to the sample's optimum within its first breakpoints and
     searches beyond: both ways give the same thresholds (to rounding) and the same verdict on

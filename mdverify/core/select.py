@@ -468,7 +468,7 @@ def _sample_bounds(n, tokens, ps, qs, eps, kind, alpha, slope_limit):
     keys = qs / ps
     # One sort for both sides: low keys (< 1) come first, then ratio 1, then the finite high
     # keys, then inf (p = 0) and nan (p = q = 0).
-    order = np.argsort(keys)
+    order = _ratio_order(keys)
     sorted_keys = keys[order]
     sorted_tokens = tokens[order]
     n_low = np.searchsorted(sorted_keys, 1.0)
@@ -485,6 +485,32 @@ def _sample_bounds(n, tokens, ps, qs, eps, kind, alpha, slope_limit):
     # Drafter mass where p = 0, which the walk never moves when f~'(inf) = inf: r = q is out of reach.
     stuck = f_tilde_prime_at_inf(kind, alpha) == np.inf and end_high < keys.size and sorted_keys[end_high] == np.inf
     return levels, not binding and not stuck
+
+
+@kernel
+def _ratio_order(keys):
+    """The order that sorts ratios (>= 0, or nan, which comes last) ascending, ties by position.
+    Sorted as integers, without argsort's indirection: each key's bits, which order such
+    floats as their values, with its position in place of the lowest bits; keys equal but
+    for those bits are then put in order by insertion (a pass over keys nearly sorted)."""
+    width = 1
+    while (1 << width) < keys.size:
+        width += 1
+    low = np.uint64((1 << width) - 1)
+    bits = keys.view(np.uint64)
+    packed = np.empty(keys.size, np.uint64)
+    for j in range(keys.size):
+        packed[j] = (bits[j] & ~low) | np.uint64(j)
+    packed.sort()
+    order = np.empty(keys.size, np.int64)
+    for k in range(keys.size):
+        j = np.int64(packed[k] & low)
+        i = k
+        while i > 0 and keys[order[i - 1]] > keys[j]:
+            order[i] = order[i - 1]
+            i -= 1
+        order[i] = j
+    return order
 
 
 @kernel
