@@ -167,8 +167,9 @@ def test_the_sample_is_searched_only_where_r_equals_q_exceeds_the_budget_on_it()
 
 @pytest.mark.parametrize("m", [0, 1, 2, 3, 255, 256, 257, 1025])
 def test_the_ratio_order_sorts_ratios_ties_by_position(m):
-    """``_ratio_order`` is the stable argsort of ratios: zeros, ties, keys that differ only in
-    the lowest bits (which the packed sort sets aside), inf, and nan last."""
+    """``_ratio_order`` is the stable argsort of ratios: zeros (-0 among them), ties, keys that
+    differ only in the lowest bits (which the packed sort sets aside), inf, and nan (of either
+    sign) last."""
     from mdverify.core import select
 
     keys = np.exp(np.random.default_rng(m).normal(0.0, 2.0, m))
@@ -177,6 +178,8 @@ def test_the_ratio_order_sorts_ratios_ties_by_position(m):
     keys[::13] = np.inf
     keys[::17] = 0.0
     keys[::19] = np.nan
+    keys[5::19] = -np.nan
+    keys[1::29] = -0.0
     keys[3::23] = keys[2::23][: keys[3::23].size] * (1.0 + 2.0 ** -52)
     np.testing.assert_array_equal(select._ratio_order(keys), np.argsort(keys, kind="stable"))
 

@@ -490,17 +490,19 @@ def _sample_bounds(n, tokens, ps, qs, eps, kind, alpha, slope_limit):
 @kernel
 def _ratio_order(keys):
     """The order that sorts ratios (>= 0, or nan, which comes last) ascending, ties by position.
-    Sorted as integers, without argsort's indirection: each key's bits, which order such
-    floats as their values, with its position in place of the lowest bits; keys equal but
-    for those bits are then put in order by insertion (a pass over keys nearly sorted)."""
+    Sorted as integers, without argsort's indirection: each key's bits without the sign
+    (-0 is 0; nan's sign varies), which order such floats as their values, with its position
+    in place of the lowest bits; keys equal but for those bits are then put in order by
+    insertion (a pass over keys nearly sorted)."""
     width = 1
     while (1 << width) < keys.size:
         width += 1
     low = np.uint64((1 << width) - 1)
+    unsigned = ~(np.uint64(1) << np.uint64(63))
     bits = keys.view(np.uint64)
     packed = np.empty(keys.size, np.uint64)
     for j in range(keys.size):
-        packed[j] = (bits[j] & ~low) | np.uint64(j)
+        packed[j] = (bits[j] & unsigned & ~low) | np.uint64(j)
     packed.sort()
     order = np.empty(keys.size, np.int64)
     for k in range(keys.size):
