@@ -132,6 +132,12 @@ def test_sample_takes_tokens_by_mass_and_is_deterministic():
     positions = np.empty(p.size, np.int64)
     count = screen.flagged(flags, p.size, positions)
     np.testing.assert_array_equal(positions[:count], np.flatnonzero(taken))
+    # Its uniforms are the Weyl sequence frac(i / golden ratio), to 52 bits, whichever way the
+    # kernel computes them; and the pass with the row's check takes the same sample.
+    weyl = (np.arange(p.size, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(12)
+    np.testing.assert_array_equal(taken, weyl.astype(np.float64) * 2.0 ** -52 < inclusion)
+    screen.mark_sample(p, q, select.SAMPLE_SIZE, flags, True)
+    np.testing.assert_array_equal(flags[: p.size].astype(bool), taken)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

@@ -331,10 +331,12 @@ def test_short_rows_at_their_drafter_budget_end_at_r_equals_q():
 
 
 def test_a_screened_end_an_ulp_over_the_drafter_budget_is_r_equals_q():
-    """The same on a long row the sample takes for binding (tv, at eps = D(q || p) exactly): the
-    screen's second level ends at m_max 2.8e-17 over the budget with no bound holding it back;
-    r = q, summed as md.divergence sums it, is then the answer (D equal to eps to the last bit),
-    before a third level screens the whole row."""
+    """The same on a long row the sample takes for binding (tv, at eps = D(q || p) exactly): with
+    the screen's sums rounded as AVX-512 rounds them, its second level ends at m_max 2.8e-17
+    over the budget with no bound holding it back, and r = q, summed as md.divergence sums it,
+    is then the answer (D equal to eps to the last bit) before a third level screens the whole
+    row. The reassociated sums round otherwise on other vector widths (AVX2: the level ends
+    within the budget), so what is asserted is what holds on any: r = q, within the budget."""
     from mdverify.bench.families import FAMILIES
     from mdverify.core import select
 
@@ -344,7 +346,7 @@ def test_a_screened_end_an_ulp_over_the_drafter_budget_is_r_equals_q():
     entry = md.divergence("tv")
     eps = float(entry.value(q, p))
     _, state, binding, q0, base = select.select_walk(p, q, eps, entry.kind, entry.param, np.empty((4, p.size)), False)
-    assert state[select.D] == eps and not binding
+    assert state[select.D] <= eps and not binding
     assert base + state[select.M] == pytest.approx(1.0, abs=1e-15)
     sorted_ = md.mentor(p, q, eps, entry, method="sorted")
     assert md.mentor(p, q, eps, entry).acceptance == pytest.approx(sorted_.acceptance, abs=1e-12)

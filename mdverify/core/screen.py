@@ -57,6 +57,20 @@ def inclusion(p, q, i, size):
     return min(1.0, (max(np.float64(p[i]), np.float64(q[i])) + 1.0 / p.size) * size)
 
 
+#: 2^64 / golden ratio, odd: i times it, modulo 2^64, is frac(i / golden ratio) in 64 bits.
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_ONE_BITS = np.uint64(0x3FF0000000000000)
+
+
+@kernel
+def _weyl_uniform(weyl):
+    """The uniform in [0, 1) of the top 52 bits of a 64-bit Weyl term: those bits as the
+    mantissa of a float in [1, 2), less 1 (exact). Unlike a conversion of the integer, which
+    has no vector instruction below AVX-512, this vectorises on any x86-64; and the term is
+    kept as a running sum rather than a product, for the same reason."""
+    return np.uint64((weyl >> np.uint64(12)) | _ONE_BITS).view(np.float64) - 1.0
+
+
 @kernel(reassociate=True, borrow=True)
 def mark_sample(p, q, size, flags, check):
     """flags[i] = 1 for a sample that takes token i with probability ``inclusion``, else 0.
@@ -64,8 +78,8 @@ def mark_sample(p, q, size, flags, check):
     Half the sample goes in proportion to the mass max(p_i, q_i), so that sums of p or q over a
     set of tokens, weighted by 1 / inclusion, vary little even where a few tokens carry most
     of the mass; half uniformly, so that the sample also has ratios wherever the row has many
-    tokens. The uniforms are the Weyl sequence frac(i / golden ratio): the sample is
-    deterministic and evenly spread over positions; its expected size is
+    tokens. The uniforms are the Weyl sequence frac(i / golden ratio) (``_weyl_uniform``): the
+    sample is deterministic and evenly spread over positions; its expected size is
     sum_i inclusion_i <= 3 ``size``.
 
     Returns (in_range, valid): whether the row is in the screen's range (SCREEN_P_MIN), and,
@@ -74,10 +88,11 @@ def mark_sample(p, q, size, flags, check):
     """
     outside = False
     sum_p = sum_q = invalid = 0.0
+    weyl = np.uint64(0)
     if check:
         for i in range(p.size):
-            u = np.float64((np.uint64(i) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(11)) * 2.0 ** -53
-            flags[i] = u < inclusion(p, q, i, size)
+            flags[i] = _weyl_uniform(weyl) < inclusion(p, q, i, size)
+            weyl += _GOLDEN
             pi = np.float64(p[i])
             qi = np.float64(q[i])
             outside |= (pi > 0.0) & (pi < SCREEN_P_MIN)
@@ -86,8 +101,8 @@ def mark_sample(p, q, size, flags, check):
             invalid += invalid_entries(pi, qi)
         return not outside, sums_valid(sum_p, sum_q, invalid, sum_tolerance(p))
     for i in range(p.size):  # the same loop without the check's sums
-        u = np.float64((np.uint64(i) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(11)) * 2.0 ** -53
-        flags[i] = u < inclusion(p, q, i, size)
+        flags[i] = _weyl_uniform(weyl) < inclusion(p, q, i, size)
+        weyl += _GOLDEN
         pi = np.float64(p[i])
         outside |= (pi > 0.0) & (pi < SCREEN_P_MIN)
     return not outside, True
