@@ -170,6 +170,40 @@ def test_bounds_are_confirmed_or_refused(budget, dtype):
     assert refused > 0
 
 
+def test_after_a_refusal_only_the_bounds_ahead_widen():
+    """Bounds that held the walk back short of the optimum's moved mass (a_lo, b_hi) or beyond
+    it (a_hi, b_lo) are followed by bounds widened only that way, a bound that held it back
+    becoming the one behind; bounds that held it back both ways by the wider level's."""
+    bounds, wider = (0.2, 0.4, 2.0, 3.0), (0.1, 0.6, 1.5, 5.0)
+    for hits, expected in [((1, 0, 0, 0), (0.1, 0.2, 2.0, 5.0)), ((0, 0, 0, 1), (0.1, 0.4, 3.0, 5.0)),
+                           ((1, 0, 0, 1), (0.1, 0.2, 3.0, 5.0)), ((0, 1, 0, 0), (0.4, 0.6, 1.5, 3.0)),
+                           ((0, 0, 1, 0), (0.2, 0.6, 1.5, 2.0)), ((0, 1, 1, 0), (0.4, 0.6, 1.5, 2.0)),
+                           ((1, 1, 0, 0), wider), ((0, 0, 1, 1), wider), ((0, 0, 0, 0), wider)]:
+        assert select._onward(bounds, np.array(hits, bool), np.array(wider)) == expected, hits
+
+
+@pytest.mark.parametrize("family, seed, divergence, eps, hit", [
+    ("LLM-like, T = 1.5", 4, "hellinger", 0.1, 0), ("LLM-like, T = 1.5", 1, "kl", 0.1, 1),
+    ("unrelated drafter", 0, "tv", 0.01, 2), ("unrelated drafter", 3, "tv", 0.01, 3),
+    ("LLM-like, T = 1.5", 5, "hellinger", 0.1, 0)])
+def test_rows_whose_first_bounds_are_refused_match_sorted(family, seed, divergence, eps, hit):
+    """Rows of the benchmark's families whose first bounds one bound refuses (each of the four
+    here; the last row's next bounds are refused too): the bounds that follow give the optimum."""
+    from mdverify.bench.families import FAMILIES
+
+    p, q = FAMILIES[family](16384, np.random.default_rng(seed))
+    entry = md.divergence(divergence)
+    work = np.empty((4, p.size))
+    _, _, tokens, ps, qs = select._sample(p, q, work, False)
+    levels, _ = select._sample_bounds(p.size, tokens, ps, qs, eps, entry.kind, entry.param, np.inf)
+    confirmed, hits, *_ = select.screened_walk(p, q, eps, entry.kind, entry.param, work, tuple(levels[0]), np.inf)
+    assert not confirmed and np.flatnonzero(hits).tolist() == [hit]
+    ours = md.mentor(p, q, eps, entry, method="select")
+    ref = md.mentor(p, q, eps, entry, method="sorted")
+    np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12)
+
+
 def test_long_rows_of_every_family_match_sorted(entry):
     """Screening on the regimes of families(), ties included, at a length where it is used, for
     budgets and for prices."""

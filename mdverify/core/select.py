@@ -53,12 +53,14 @@ PIVOT_SAMPLES = 31
 #: Rows at least this long are screened (``core.screen``) with bounds estimated on a sample of
 #: about 2 to 3 times size = min(SAMPLE_SIZE, n / SAMPLE_SHARE) tokens; first the bounds beyond
 #: which the sample stands for SAMPLE_REACH[0] n / size row tokens, then, as long as they are
-#: not confirmed, the next ones. A level costs mostly its two passes over the row, little its
-#: search: wide first bounds cost less than a refused level.
+#: not confirmed, the next ones, widened only the way the refusal points (``_onward``). A level
+#: costs its two passes over the row and a search whose cost grows with the tokens left between
+#: its bounds: the first bounds are narrow, and a level refused in one direction is followed by
+#: one a little wider that way (most of those are confirmed), then by wider ones.
 SAMPLE_FROM = 2048
 SAMPLE_SIZE = 512
 SAMPLE_SHARE = 16
-SAMPLE_REACH = (8.0, 64.0, np.inf)
+SAMPLE_REACH = (8.0, 24.0, 64.0, np.inf)
 #: The sample's optimum is walked to (``walk.advance``, on the sample sorted for its bounds)
 #: through at most 1/SAMPLE_WALK_SHARE of its tokens' breakpoints, which costs about what
 #: the search does in all (a step about what it spends on four tokens), and searched for
@@ -66,7 +68,7 @@ SAMPLE_REACH = (8.0, 64.0, np.inf)
 SAMPLE_WALK_SHARE = 4
 #: A sample on which the budget does not bind where it binds on the row misjudged its
 #: thresholds too: the screen then starts from this level of SAMPLE_REACH.
-MISJUDGED_LEVEL = 1
+MISJUDGED_LEVEL = 2
 #: Largest difference of the two sides' capacities at which r = q is taken as the optimum
 #: (``_drafter_state``); r then differs from the optimum by at most that much mass.
 DRAFTER_BALANCE = 1e-14
@@ -272,7 +274,7 @@ def select_walk(p, q, eps, kind, alpha, work, check):
     then costs nothing more); ``valid`` is False where it fails, and nothing else is
     meaningful. Long rows are first
     screened with bounds from a sample, at each level of SAMPLE_REACH in turn until a result
-    is confirmed (the last level bounds nothing but what the refusals suggest); where the
+    is confirmed, each widening only the way the refusal before it points (``_onward``); where the
     budget does not bind on the sample (r = q is within it there, which needs no search of
     the sample, or its search ends short of the budget), r = q is tried first
     (``_drafter_state``), and where a search ends at m_max an ulp over the budget, after it
@@ -350,13 +352,10 @@ def _drafter_at_end(p, q, eps, kind, alpha, slope_limit, work, state, binding):
 @kernel
 def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit):
     """(found, state, binding, q0, base): ``screened_walk`` with the bounds of each level in
-    turn, narrowed by what the refusals before suggest, until a result is confirmed."""
-    presumed = np.array([0.0, 1.0, 1.0, np.inf])  # what refusals suggest of the thresholds
+    turn until a result is confirmed, each after a refusal widened only the way that its
+    bounds held the walk back (``_onward``)."""
+    bounds = (levels[0, 0], levels[0, 1], levels[0, 2], levels[0, 3])
     for level in range(levels.shape[0]):
-        if presumed[0] > presumed[1] or presumed[2] > presumed[3]:  # contradictory: give up
-            break
-        bounds = (max(levels[level, 0], presumed[0]), min(levels[level, 1], presumed[1]),
-                  max(levels[level, 2], presumed[2]), min(levels[level, 3], presumed[3]))
         confirmed, hits, state, binding, q0, base = screened_walk(p, q, eps, kind, alpha, work, bounds, slope_limit)
         if confirmed:
             return True, state, binding, q0, base
@@ -365,10 +364,27 @@ def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit):
                                                                        binding)
             if found:
                 return True, drafter, False, drafter_q0, drafter_base
-        if hits.sum() == 1:  # one bound held the optimum back: its threshold lies past it
-            which = np.argmax(hits)
-            presumed[which ^ 1] = bounds[which]
+        if level + 1 < levels.shape[0]:
+            bounds = _onward(bounds, hits, levels[level + 1])
     return False, state, binding, q0, base
+
+
+@kernel
+def _onward(bounds, hits, wider):
+    """The bounds of the level after one refused with ``hits`` (see ``screened_walk``): where
+    every bound that held the walk back held it on the same side of the optimum, the
+    thresholds presumably lie that way, so only the bounds ahead are widened (to ``wider``'s)
+    and those behind stay, a bound that held the walk back becoming the one behind it:
+    a_lo or b_hi held it back short of the optimum's moved mass (a lies lower, b higher),
+    a_hi or b_lo beyond it (a lies higher, b lower). Otherwise ``wider`` itself."""
+    a_lo, a_hi, b_lo, b_hi = bounds
+    more = hits[0] or hits[3]
+    less = hits[1] or hits[2]
+    if more and not less:
+        return wider[0], a_lo if hits[0] else a_hi, b_hi if hits[3] else b_lo, wider[3]
+    if less and not more:
+        return a_hi if hits[1] else a_lo, wider[1], wider[2], b_lo if hits[2] else b_hi
+    return wider[0], wider[1], wider[2], wider[3]
 
 
 @kernel
