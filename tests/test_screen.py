@@ -204,6 +204,49 @@ def test_rows_whose_first_bounds_are_refused_match_sorted(family, seed, divergen
     np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12)
 
 
+def _groups(work, count, released, side):
+    """{(key, p): undecided or released} of one side's tokens laid out in ``work``."""
+    size = work.shape[1]
+    where = slice(0, count) if side == 0 else slice(size - count, size)
+    keys, weights = work[0, where], work[1, where]
+    return {(k, w): j >= count - released for j, (k, w) in enumerate(zip(keys.tolist(), weights.tolist()))}
+
+
+@pytest.mark.parametrize("family, seed, divergence, eps", [
+    ("LLM-like, T = 1.5", 1, "kl", 0.1), ("unrelated drafter", 0, "tv", 0.01), ("unrelated drafter", 0, "hellinger", 0.001)])
+def test_bounds_within_refused_ones_settle_what_those_left(family, seed, divergence, eps):
+    """After bounds refused beyond the optimum's moved mass (a_hi or b_lo), the next bounds
+    clip nothing new that the refused ones left: settling the tokens these laid out gives the
+    groups that screening the row gives, but for tokens within the screen's slack of a bound
+    (compared there as products), and the search on them the optimum."""
+    from mdverify.bench.families import FAMILIES
+
+    p, q = FAMILIES[family](16384, np.random.default_rng(seed))
+    entry = md.divergence(divergence)
+    work, fresh = np.empty((4, p.size)), np.empty((4, p.size))
+    _, _, tokens, ps, qs = select._sample(p, q, work, False)
+    levels, _ = select._sample_bounds(p.size, tokens, ps, qs, eps, entry.kind, entry.param, np.inf)
+    split, unsummed, low, high = select._screened(p, q, work, tuple(levels[0]))
+    clipped = (low[select.P_CLIP], high[select.P_CLIP])
+    _, hits, *_ = select._walk_between(work, split, unsummed, low, high, tuple(levels[0]), eps, entry.kind,
+                                       entry.param, np.inf)
+    assert hits[1] or hits[2]
+    bounds = select._onward(tuple(levels[0]), hits, levels[1])
+    again = select._rescreened(work, split, clipped, bounds)
+    screened = select._screened(p, q, fresh, bounds)
+    for side, edges in ((0, bounds[:2]), (1, (-bounds[3], -bounds[2]))):
+        groups = [_groups(w, split_[0][side], split_[1][side], side) for w, split_ in ((work, again), (fresh, screened))]
+        differ = set(groups[0].items()) ^ set(groups[1].items())
+        near = [min(abs(key - edge) for edge in edges) <= 1e-13 * abs(key) for (key, _), _ in differ]
+        assert all(near) and len(differ) <= 8
+        mass = sum(weight * (1.0 + abs(key)) for (key, weight), _ in differ)  # p and moved mass
+        np.testing.assert_allclose(again[2 + side], screened[2 + side], rtol=1e-12, atol=mass + 1e-15)
+    confirmed, _, state, _, _, base = select._walk_between(work, *again, bounds, eps, entry.kind, entry.param, np.inf)
+    ref = md.mentor(p, q, eps, entry, method="sorted")
+    assert confirmed
+    np.testing.assert_allclose(base + state[M], ref.acceptance, rtol=0, atol=1e-12)
+
+
 def test_long_rows_of_every_family_match_sorted(entry):
     """Screening on the regimes of families(), ties included, at a length where it is used, for
     budgets and for prices."""

@@ -353,10 +353,15 @@ def _drafter_at_end(p, q, eps, kind, alpha, slope_limit, work, state, binding):
 def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit):
     """(found, state, binding, q0, base): ``screened_walk`` with the bounds of each level in
     turn until a result is confirmed, each after a refusal widened only the way that its
-    bounds held the walk back (``_onward``)."""
+    bounds held the walk back (``_onward``). Bounds that clip nothing the refused ones left
+    (those that held the walk back beyond the optimum's moved mass) settle the tokens those
+    left laid out in ``work`` (``_rescreened``), without passing over the row again."""
     bounds = (levels[0, 0], levels[0, 1], levels[0, 2], levels[0, 3])
+    split, unsummed, low, high = _screened(p, q, work, bounds)
     for level in range(levels.shape[0]):
-        confirmed, hits, state, binding, q0, base = screened_walk(p, q, eps, kind, alpha, work, bounds, slope_limit)
+        clipped = (low[P_CLIP], high[P_CLIP])
+        confirmed, hits, state, binding, q0, base = _walk_between(work, split, unsummed, low, high, bounds, eps, kind,
+                                                                  alpha, slope_limit)
         if confirmed:
             return True, state, binding, q0, base
         if not hits.any():  # no bound held it back: the end, maybe an ulp over the budget
@@ -364,8 +369,14 @@ def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit):
                                                                        binding)
             if found:
                 return True, drafter, False, drafter_q0, drafter_base
-        if level + 1 < levels.shape[0]:
-            bounds = _onward(bounds, hits, levels[level + 1])
+        if level + 1 == levels.shape[0]:
+            break
+        within = bounds
+        bounds = _onward(bounds, hits, levels[level + 1])
+        if bounds[0] >= within[0] and bounds[3] <= within[3]:
+            split, unsummed, low, high = _rescreened(work, split, clipped, bounds)
+        else:
+            split, unsummed, low, high = _screened(p, q, work, bounds)
     return False, state, binding, q0, base
 
 
@@ -401,6 +412,14 @@ def screened_walk(p, q, eps, kind, alpha, work, bounds, slope_limit):
     b <= b_lo, b >= b_hi, counting only those that settled a group): with one, the optimum
     presumably lies past it.
     """
+    split, unsummed, low, high = _screened(p, q, work, bounds)
+    return _walk_between(work, split, unsummed, low, high, bounds, eps, kind, alpha, slope_limit)
+
+
+@kernel
+def _screened(p, q, work, bounds):
+    """(split, unsummed, low_sums, high_sums) for ``_search``: the row screened between
+    ``bounds`` (``screen.screen``) and its tokens not clipped gathered into ``work``."""
     a_lo, a_hi, b_lo, b_hi = bounds
     flags = flag_view(work[3], p.size)
     (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, p_released_low, p_released_high,
@@ -413,12 +432,76 @@ def screened_walk(p, q, eps, kind, alpha, work, bounds, slope_limit):
                    a_hi if n_released_low > 0 else 1.0)
     high = _settled(p_clipped_high, -b_hi if p_clipped_high > 0.0 else -np.inf, p_released_high, moved_released_high,
                     -b_lo if n_released_high > 0 else -1.0)
-    split = (n_low, n_high, q0, base, capacity_low, capacity_high)
-    state, binding, q0, base, stopped = _search(work, split, (n_released_low, n_released_high), low, high, eps, kind,
-                                                alpha, slope_limit)
+    return (n_low, n_high, q0, base, capacity_low, capacity_high), (n_released_low, n_released_high), low, high
+
+
+@kernel
+def _rescreened(work, split, clipped, bounds):
+    """``_screened``'s result for ``bounds`` that clip nothing that the bounds of the search
+    that left ``work`` did not (a_lo and b_hi no wider): the tokens it laid out there, and the
+    p-mass ``clipped`` of each side's clipped group, settled anew (``_rescreen_side``)."""
+    a_lo, a_hi, b_lo, b_hi = bounds
+    n_low, n_high, q0, base, capacity_low, capacity_high = split
+    size = work.shape[1]
+    scratch = work[2:]
+    n_low, n_released_low, p_clipped_low, p_released_low, moved_released_low = _rescreen_side(
+        work[0, :n_low], work[1, :n_low], 1.0, a_lo, a_hi, clipped[0], scratch, False)
+    n_high, n_released_high, p_clipped_high, p_released_high, moved_released_high = _rescreen_side(
+        work[0, size - n_high:], work[1, size - n_high:], -1.0, -b_hi, -b_lo, clipped[1], scratch, True)
+    low = _settled(p_clipped_low, a_lo if p_clipped_low > 0.0 else -np.inf, p_released_low, moved_released_low,
+                   a_hi if n_released_low > 0 else 1.0)
+    high = _settled(p_clipped_high, -b_hi if p_clipped_high > 0.0 else -np.inf, p_released_high, moved_released_high,
+                    -b_lo if n_released_high > 0 else -1.0)
+    return (n_low, n_high, q0, base, capacity_low, capacity_high), (n_released_low, n_released_high), low, high
+
+
+@kernel(borrow=True)
+def _rescreen_side(key, weight, s, clip_below, release_above, p_clipped, scratch, at_end):
+    """Settle one side's tokens anew: keys below ``clip_below`` join its clipped group (of p-mass
+    ``p_clipped``), keys above ``release_above`` are released, the rest undecided; the latter
+    two laid out [undecided | released] from the start of ``key`` and ``weight`` (to their end
+    where ``at_end``), through ``scratch`` as in ``_partition``. Returns (count, released,
+    p_clipped, p_released, moved_released): the tokens laid out, the released among them, and
+    the sums of the groups, the moved mass p (s - key)."""
+    n = key.size
+    kept = 0
+    top = n - 1
+    p_released = moved_released = 0.0
+    for j in range(n):
+        x = key[j]
+        y = weight[j]
+        scratch[0, kept] = x
+        scratch[1, kept] = y
+        scratch[0, top] = x
+        scratch[1, top] = y
+        clip = x < clip_below
+        release = x > release_above
+        p_clipped += y if clip else 0.0
+        p_released += y if release else 0.0
+        moved_released += y * (s - x) if release else 0.0
+        kept += ~clip & ~release
+        top -= release
+    released = n - 1 - top
+    count = kept + released
+    start = n - count if at_end else 0
+    for j in range(kept):  # not a copy of slices: each slice is a view, counted by reference
+        key[np.uint64(start + j)] = scratch[0, np.uint64(j)]
+        weight[np.uint64(start + j)] = scratch[1, np.uint64(j)]
+    for j in range(released):
+        key[np.uint64(start + kept + j)] = scratch[0, np.uint64(top + 1 + j)]
+        weight[np.uint64(start + kept + j)] = scratch[1, np.uint64(top + 1 + j)]
+    return count, released, p_clipped, p_released, moved_released
+
+
+@kernel
+def _walk_between(work, split, unsummed, low, high, bounds, eps, kind, alpha, slope_limit):
+    """``screened_walk``'s result from the search of a screened row (``_screened``)."""
+    a_lo, a_hi, b_lo, b_hi = bounds
+    settled = (low[P_CLIP] > 0.0, low[M_REL] > 0.0, high[M_REL] > 0.0, high[P_CLIP] > 0.0)
+    state, binding, q0, base, stopped = _search(work, split, unsummed, low, high, eps, kind, alpha, slope_limit)
     a, b = state[A], state[B]
-    hits = np.array([p_clipped_low > 0.0 and a <= a_lo, moved_released_low > 0.0 and a >= a_hi,
-                     moved_released_high > 0.0 and b <= b_lo, p_clipped_high > 0.0 and b >= b_hi])
+    hits = np.array([settled[0] and a <= a_lo, settled[1] and a >= a_hi, settled[2] and b <= b_lo,
+                     settled[3] and b >= b_hi])
     # A price's search ends at the start of the last segment, slope already over the limit,
     # where the crossing lies before it: cut off by a bound, unless the slope jumps there.
     within_price = slope_limit == np.inf or _slope_before(state, kind, alpha) <= slope_limit
