@@ -22,9 +22,10 @@ row bounds both thresholds, two passes settle every token outside the bounds as 
 released, and the search runs on the few tokens between them, with the settled groups as
 its starting sums (the released ones laid out after them, summed only when a decision needs
 it). An answer that is not the budget's crossing inside its last segment (or the end at
-m_max) is not confirmed: the bounds are widened and the row screened again
-(``select_walk``); where bounds alone show that the settled groups hold the walk back
-(``_held_back``), the released tokens are never summed.
+m_max) is not confirmed: the bounds are widened the way they held the walk back and the row
+screened again, or, where the new bounds clip nothing that the refused ones left, only the
+tokens those laid out (``_screen_by_levels``); where bounds alone show that the settled groups
+hold the walk back (``_held_back``), the released tokens are never summed.
 
 Tokens are held per side as (key, p) with key = rho on the low side and key = -rho on the
 high side, so that on both sides a token is released at threshold t iff key >= t and its
