@@ -213,7 +213,8 @@ def _groups(work, count, released, side):
 
 
 @pytest.mark.parametrize("family, seed, divergence, eps", [
-    ("LLM-like, T = 1.5", 1, "kl", 0.1), ("unrelated drafter", 0, "tv", 0.01), ("unrelated drafter", 0, "hellinger", 0.001)])
+    ("LLM-like, T = 1.5", 1, "kl", 0.1), ("unrelated drafter", 0, "tv", 0.01),
+    ("unrelated drafter", 0, "hellinger", 0.001)])
 def test_bounds_within_refused_ones_settle_what_those_left(family, seed, divergence, eps):
     """After bounds refused beyond the optimum's moved mass (a_hi or b_lo), the next bounds
     clip nothing new that the refused ones left: settling the tokens these laid out gives the
@@ -235,7 +236,8 @@ def test_bounds_within_refused_ones_settle_what_those_left(family, seed, diverge
     again = select._rescreened(work, split, clipped, bounds)
     screened = select._screened(p, q, fresh, bounds)
     for side, edges in ((0, bounds[:2]), (1, (-bounds[3], -bounds[2]))):
-        groups = [_groups(w, split_[0][side], split_[1][side], side) for w, split_ in ((work, again), (fresh, screened))]
+        groups = [_groups(w, layout[0][side], layout[1][side], side)
+                  for w, layout in ((work, again), (fresh, screened))]
         differ = set(groups[0].items()) ^ set(groups[1].items())
         near = [min(abs(key - edge) for edge in edges) <= 1e-13 * abs(key) for (key, _), _ in differ]
         assert all(near) and len(differ) <= 8

@@ -421,19 +421,14 @@ def screened_walk(p, q, eps, kind, alpha, work, bounds, slope_limit):
 def _screened(p, q, work, bounds):
     """(split, unsummed, low_sums, high_sums) for ``_search``: the row screened between
     ``bounds`` (``screen.screen``) and its tokens not clipped gathered into ``work``."""
-    a_lo, a_hi, b_lo, b_hi = bounds
     flags = flag_view(work[3], p.size)
     (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, p_released_low, p_released_high,
      moved_released_low, moved_released_high, n_low, n_high, n_released_low, n_released_high) = screen(p, q, bounds,
                                                                                                        flags)
     gather(p, q, flags, work[2].view(np.int64), work[0], work[1], n_low, n_high, n_released_low, n_released_high)
-    # Keys: rho on the low side, -rho on the high side (clipped below a_lo and -b_hi, released
-    # above a_hi and -b_lo).
-    low = _settled(p_clipped_low, a_lo if p_clipped_low > 0.0 else -np.inf, p_released_low, moved_released_low,
-                   a_hi if n_released_low > 0 else 1.0)
-    high = _settled(p_clipped_high, -b_hi if p_clipped_high > 0.0 else -np.inf, p_released_high, moved_released_high,
-                    -b_lo if n_released_high > 0 else -1.0)
-    return (n_low, n_high, q0, base, capacity_low, capacity_high), (n_released_low, n_released_high), low, high
+    return _between(bounds, (q0, base, capacity_low, capacity_high), (n_low, n_high), (n_released_low, n_released_high),
+                    (p_clipped_low, p_clipped_high), (p_released_low, p_released_high),
+                    (moved_released_low, moved_released_high))
 
 
 @kernel
@@ -442,18 +437,33 @@ def _rescreened(work, split, clipped, bounds):
     that left ``work`` did not (a_lo and b_hi no wider): the tokens it laid out there, and the
     p-mass ``clipped`` of each side's clipped group, settled anew (``_rescreen_side``)."""
     a_lo, a_hi, b_lo, b_hi = bounds
-    n_low, n_high, q0, base, capacity_low, capacity_high = split
+    n_low, n_high = split[0], split[1]
     size = work.shape[1]
     scratch = work[2:]
     n_low, n_released_low, p_clipped_low, p_released_low, moved_released_low = _rescreen_side(
         work[0, :n_low], work[1, :n_low], 1.0, a_lo, a_hi, clipped[0], scratch, False)
     n_high, n_released_high, p_clipped_high, p_released_high, moved_released_high = _rescreen_side(
         work[0, size - n_high:], work[1, size - n_high:], -1.0, -b_hi, -b_lo, clipped[1], scratch, True)
-    low = _settled(p_clipped_low, a_lo if p_clipped_low > 0.0 else -np.inf, p_released_low, moved_released_low,
-                   a_hi if n_released_low > 0 else 1.0)
-    high = _settled(p_clipped_high, -b_hi if p_clipped_high > 0.0 else -np.inf, p_released_high, moved_released_high,
-                    -b_lo if n_released_high > 0 else -1.0)
-    return (n_low, n_high, q0, base, capacity_low, capacity_high), (n_released_low, n_released_high), low, high
+    return _between(bounds, split[2:], (n_low, n_high), (n_released_low, n_released_high),
+                    (p_clipped_low, p_clipped_high), (p_released_low, p_released_high),
+                    (moved_released_low, moved_released_high))
+
+
+@kernel
+def _between(bounds, totals, counts, released_counts, clipped, released, moved):
+    """(split, unsummed, low_sums, high_sums) for ``_search`` of a row settled between ``bounds``:
+    its (q0, base, capacity_low, capacity_high); each side's (low, high) tokens laid out and
+    released among them; and the p-mass of its clipped and released groups and the moved mass
+    of the released."""
+    a_lo, a_hi, b_lo, b_hi = bounds
+    q0, base, capacity_low, capacity_high = totals
+    # Keys: rho on the low side, -rho on the high side (clipped below a_lo and -b_hi, released
+    # above a_hi and -b_lo).
+    low = _settled(clipped[0], a_lo if clipped[0] > 0.0 else -np.inf, released[0], moved[0],
+                   a_hi if released_counts[0] > 0 else 1.0)
+    high = _settled(clipped[1], -b_hi if clipped[1] > 0.0 else -np.inf, released[1], moved[1],
+                    -b_lo if released_counts[1] > 0 else -1.0)
+    return (counts[0], counts[1], q0, base, capacity_low, capacity_high), released_counts, low, high
 
 
 @kernel(borrow=True)
