@@ -7,7 +7,7 @@ import mdverify as md
 from mdverify.core import screen, select
 from mdverify.core.index import split_sides
 from mdverify.core.walk import M
-from mdverify.workloads import edge_rows, families, llm_rows
+from mdverify.workloads import edge_rows, families, llm_rows, truncate_top_k, truncate_top_p
 
 KL = md.divergence("kl")
 
@@ -266,6 +266,65 @@ def test_long_rows_of_every_family_match_sorted(entry):
             np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=1e-12, err_msg=where)
             np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12, err_msg=where)
             np.testing.assert_array_equal(ours.lam, ref.lam, err_msg=where)
+
+
+def _truncated_rows(n=16384):
+    """Rows where few tokens carry both p and q: truncated targets, drafters, both, disjoint
+    supports, and one in float32."""
+    P, Q = llm_rows(n, 1, seed=8)
+    p, q = P[0], Q[0]
+    yield "top-p target", truncate_top_p(p, 0.8), q
+    yield "top-k drafter", p, truncate_top_k(q, 50)
+    yield "both truncated", truncate_top_p(p, 0.8), truncate_top_k(q, 300)
+    yield "disjoint supports", truncate_top_k(p, 40), truncate_top_k(np.where(truncate_top_k(p, 40) > 0, 0.0, q), 60)
+    yield "top-p target, float32", truncate_top_p(p, 0.8).astype(np.float32), q.astype(np.float32)
+
+
+def test_rows_that_few_tokens_carry_are_searched_compacted(entry):
+    """A long row on which few tokens carry both p and q is searched as its compacted form (the
+    sample says so, and the compacted search answers), with the optimum of the sorted walk, for
+    budgets, r = q's own budget, and prices."""
+    for label, p, q in _truncated_rows():
+        work = np.empty((4, p.size))
+        _, in_range, tokens, ps, qs = select._sample(p, q, work, False)
+        assert in_range and select._sparse(tokens, ps, qs, p.size), label
+        assert select._compacted_search(p, q, 0.05, entry.kind, entry.param, work, np.inf)[0], label
+        drafter = float(entry.value(q, p))
+        for eps in (0.0, 1e-4, 0.05, 2.0) + ((drafter,) if np.isfinite(drafter) else ()):
+            ours = md.mentor(p, q, eps, entry, method="select")
+            ref = md.mentor(p, q, eps, entry, method="sorted")
+            where = f"{entry.name}, {label}, eps={eps}"
+            np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=1e-12, err_msg=where)
+            np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12, err_msg=where)
+        for price in (0.3, 10.0, 1e4):
+            ours = md.mentor(p, q, price=price, divergence=entry, method="select")
+            ref = md.mentor(p, q, price=price, divergence=entry, method="sorted")
+            where = f"{entry.name}, {label}, price={price}"
+            np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=1e-12, err_msg=where)
+            np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12, err_msg=where)
+
+
+def test_marking_the_tokens_that_carry_both_counts_and_sums_the_rest():
+    for label, p, q in _truncated_rows():
+        flags = screen.flag_view(np.empty(p.size), p.size)
+        count, zero, spilled = screen.mark_both(p, q, flags)
+        p64, q64 = p.astype(np.float64), q.astype(np.float64)
+        both = (p64 > 0) & (q64 > 0)
+        np.testing.assert_array_equal(flags[:p.size], both, err_msg=label)
+        assert count == both.sum(), label
+        np.testing.assert_allclose(zero, p64[q64 == 0].sum(), rtol=1e-14, atol=0, err_msg=label)
+        np.testing.assert_allclose(spilled, q64[p64 == 0].sum(), rtol=1e-14, atol=0, err_msg=label)
+
+
+def test_a_row_that_many_tokens_carry_is_left_to_the_screen():
+    """Where the sample misjudged, and more than a quarter of the tokens carry both p and q, the
+    compacted search declines and the screen solves the row."""
+    P, Q = llm_rows(16384, 1, seed=8)
+    p, q = truncate_top_p(P[0], 0.9), Q[0].copy()
+    p[: p.size // 2] += 1e-9  # every token of the first half carries both
+    p /= p.sum()
+    work = np.empty((4, p.size))
+    assert not select._compacted_search(p, q, 0.05, KL.kind, KL.param, work, np.inf)[0]
 
 
 @pytest.mark.parametrize("n", [1, 7, 8, 9, 100, 4099])

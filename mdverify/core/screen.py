@@ -108,6 +108,25 @@ def mark_sample(p, q, size, flags, check):
     return not outside, True
 
 
+@kernel(reassociate=True, borrow=True)
+def mark_both(p, q, flags):
+    """flags[i] = 1 where token i carries both p and q, else 0; returns (count, zero, spilled):
+    the number of such tokens, the p-mass where q = 0 and the q-mass where p = 0. For a row in
+    the screen's range, where a ratio of two positive entries is finite; its sums are
+    reassociated, so that the loop vectorises."""
+    count = 0
+    zero = spilled = 0.0
+    for i in range(p.size):
+        pi = np.float64(p[i])
+        qi = np.float64(q[i])
+        both = (pi > 0.0) & (qi > 0.0)
+        flags[i] = both
+        count += both
+        zero += pi if qi == 0.0 else 0.0
+        spilled += qi if pi == 0.0 else 0.0
+    return count, zero, spilled
+
+
 @kernel(borrow=True)
 def flagged(flags, n, positions):
     """Write the positions i < n with a non-zero flag to ``positions`` (int64), in order;
