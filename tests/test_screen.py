@@ -253,19 +253,25 @@ def test_long_rows_of_every_family_match_sorted(entry):
     """Screening on the regimes of families(), ties included, at a length where it is used, for
     budgets and for prices."""
     for label, P, Q in families(select.SAMPLE_FROM + 1000, 1, seed=12):
-        for eps in (1e-5, 0.05, 2.0):
-            ours = md.mentor(P, Q, eps, entry, method="select")
-            ref = md.mentor(P, Q, eps, entry, method="sorted")
-            where = f"{entry.name}, {label}, eps={eps}"
-            np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=1e-12, err_msg=where)
-            np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12, err_msg=where)
-        for price in (0.3, 10.0, 1e4):
-            ours = md.mentor(P, Q, price=price, divergence=entry, method="select")
-            ref = md.mentor(P, Q, price=price, divergence=entry, method="sorted")
-            where = f"{entry.name}, {label}, price={price}"
-            np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=1e-12, err_msg=where)
-            np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12, err_msg=where)
-            np.testing.assert_array_equal(ours.lam, ref.lam, err_msg=where)
+        _assert_select_matches_sorted(P, Q, entry, label, (1e-5, 0.05, 2.0))
+
+
+def _assert_select_matches_sorted(p, q, entry, label, budgets, prices=(0.3, 10.0, 1e4)):
+    """The sort-free solver gives the sorted walk's optimum (acceptance and r to 1e-12, and for
+    prices the same multiplier) at each budget and price."""
+    for eps in budgets:
+        ours = md.mentor(p, q, eps, entry, method="select")
+        ref = md.mentor(p, q, eps, entry, method="sorted")
+        where = f"{entry.name}, {label}, eps={eps}"
+        np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=1e-12, err_msg=where)
+        np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12, err_msg=where)
+    for price in prices:
+        ours = md.mentor(p, q, price=price, divergence=entry, method="select")
+        ref = md.mentor(p, q, price=price, divergence=entry, method="sorted")
+        where = f"{entry.name}, {label}, price={price}"
+        np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=1e-12, err_msg=where)
+        np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12, err_msg=where)
+        np.testing.assert_array_equal(ours.lam, ref.lam, err_msg=where)
 
 
 def _truncated_rows(n=16384):
@@ -289,19 +295,9 @@ def test_rows_that_few_tokens_carry_are_searched_compacted(entry):
         _, in_range, tokens, ps, qs = select._sample(p, q, work, False)
         assert in_range and select._sparse(tokens, ps, qs, p.size), label
         assert select._compacted_search(p, q, 0.05, entry.kind, entry.param, work, np.inf)[0], label
-        drafter = float(entry.value(q, p))
-        for eps in (0.0, 1e-4, 0.05, 2.0) + ((drafter,) if np.isfinite(drafter) else ()):
-            ours = md.mentor(p, q, eps, entry, method="select")
-            ref = md.mentor(p, q, eps, entry, method="sorted")
-            where = f"{entry.name}, {label}, eps={eps}"
-            np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=1e-12, err_msg=where)
-            np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12, err_msg=where)
-        for price in (0.3, 10.0, 1e4):
-            ours = md.mentor(p, q, price=price, divergence=entry, method="select")
-            ref = md.mentor(p, q, price=price, divergence=entry, method="sorted")
-            where = f"{entry.name}, {label}, price={price}"
-            np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=1e-12, err_msg=where)
-            np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12, err_msg=where)
+        drafter = float(entry.value(q, p))  # r = q's own budget, where finite
+        budgets = (0.0, 1e-4, 0.05, 2.0) + ((drafter,) if np.isfinite(drafter) else ())
+        _assert_select_matches_sorted(p, q, entry, label, budgets)
 
 
 def test_marking_the_tokens_that_carry_both_counts_and_sums_the_rest():
