@@ -314,7 +314,7 @@ def test_marking_the_tokens_that_carry_both_counts_and_sums_the_rest():
 
 def test_a_row_that_many_tokens_carry_is_left_to_the_screen():
     """Where the sample misjudged, and more than a quarter of the tokens carry both p and q, the
-    compacted search declines and the screen solves the row."""
+    compacted search declines, leaving the row to the screen."""
     P, Q = llm_rows(16384, 1, seed=8)
     p, q = truncate_top_p(P[0], 0.9), Q[0].copy()
     p[: p.size // 2] += 1e-9  # every token of the first half carries both
