@@ -54,7 +54,13 @@ def flag_view(workspace_row, n):
 @kernel(borrow=True)
 def inclusion(p, q, i, size):
     """Probability min(1, (max(p_i, q_i) + 1 / n) size) with which ``mark_sample`` takes token i."""
-    return min(1.0, (max(np.float64(p[i]), np.float64(q[i])) + 1.0 / p.size) * size)
+    return min(1.0, _inclusion_share(np.float64(p[i]), np.float64(q[i]), 1.0 / p.size, size))
+
+
+@kernel
+def _inclusion_share(pi, qi, spread, size):
+    """``inclusion`` before it is capped at 1, with spread = 1 / n."""
+    return (max(pi, qi) + spread) * size
 
 
 #: 2^64 / golden ratio, odd: i times it, modulo 2^64, is frac(i / golden ratio) in 64 bits.
@@ -86,26 +92,30 @@ def mark_sample(p, q, size, flags, check):
     with ``check``, ``checks.row_valid``'s verdict from the same pass (else True). Its sums
     are reassociated, so that the loop vectorises; that changes their rounding alone.
     """
-    outside = False
-    sum_p = sum_q = invalid = 0.0
+    # Counts are kept as integers (a float count, or a flag or-ed, costs this loop a third of its
+    # time in conversions); a uniform is below 1, so it falls below ``inclusion`` exactly where
+    # it falls below that probability uncapped.
+    outside = invalid = 0
+    sum_p = sum_q = 0.0
     weyl = np.uint64(0)
+    spread = 1.0 / p.size
     if check:
         for i in range(p.size):
-            flags[i] = _weyl_uniform(weyl) < inclusion(p, q, i, size)
-            weyl += _GOLDEN
             pi = np.float64(p[i])
             qi = np.float64(q[i])
-            outside |= (pi > 0.0) & (pi < SCREEN_P_MIN)
+            flags[i] = _weyl_uniform(weyl) < _inclusion_share(pi, qi, spread, size)
+            weyl += _GOLDEN
+            outside += (pi > 0.0) & (pi < SCREEN_P_MIN)
             sum_p += pi
             sum_q += qi
             invalid += invalid_entries(pi, qi)
-        return not outside, sums_valid(sum_p, sum_q, invalid, sum_tolerance(p))
+        return outside == 0, sums_valid(sum_p, sum_q, invalid, sum_tolerance(p))
     for i in range(p.size):  # the same loop without the check's sums
-        flags[i] = _weyl_uniform(weyl) < inclusion(p, q, i, size)
-        weyl += _GOLDEN
         pi = np.float64(p[i])
-        outside |= (pi > 0.0) & (pi < SCREEN_P_MIN)
-    return not outside, True
+        flags[i] = _weyl_uniform(weyl) < _inclusion_share(pi, np.float64(q[i]), spread, size)
+        weyl += _GOLDEN
+        outside += (pi > 0.0) & (pi < SCREEN_P_MIN)
+    return outside == 0, True
 
 
 @kernel(reassociate=True, borrow=True)
