@@ -239,12 +239,14 @@ _SIGNS = np.array([0.0, 1.0, -1.0, 1.0, -1.0])
 
 
 #: ``gather`` visits every token, not only the flagged ones, where at least this share is
-#: flagged, or DENSE_UNCACHED on rows longer than CACHED_TOKENS: where the two ways cost the
-#: same, measured on rows of 4096 to 131072 tokens with flags at random (this Xeon). Visiting
-#: every token costs about 1.8 ns a token; visiting the flagged ones costs more per flagged
-#: token once p and q no longer fit in the core's cache.
+#: flagged, or DENSE_UNCACHED on rows longer than CACHED_TOKENS: where the two ways cost about
+#: the same, measured on rows of 4096 to 131072 tokens with flags at random (an Intel Xeon),
+#: and on the screened rows of the benchmark's families at 131072 tokens (an AMD EPYC, Zen 3:
+#: 0.33 there, 0.2 on the Xeon). Visiting every token costs about 1.8 ns a token on the Xeon,
+#: 2.9 ns on the EPYC; visiting the flagged ones costs more per flagged token once p and q no
+#: longer fit in the core's cache.
 DENSE = 0.4
-DENSE_UNCACHED = 0.2
+DENSE_UNCACHED = 0.25
 CACHED_TOKENS = 32768
 
 
@@ -256,24 +258,36 @@ def gather(p, q, flags, positions, key, weight, n_low, n_high, n_released_low, n
     (the counts are ``screen``'s). ``positions`` is int64 scratch of length >= n.
 
     Without branches on the flag: each token goes to the next slot of its group, whose
-    cursor is looked up by the flag. Where few tokens are flagged, only those are visited
+    cursor is selected by the flag. Where few tokens are flagged, only those are visited
     (``flagged``); otherwise every token is, a settled one written to a slot between the
     sides that stays free, and not counted.
     """
-    cursors = np.array([n_low, 0, key.size - n_high, n_low - n_released_low, key.size - n_released_high])
+    cursors = (n_low, 0, key.size - n_high, n_low - n_released_low, key.size - n_released_high)
     if n_low + n_high < (DENSE if p.size <= CACHED_TOKENS else DENSE_UNCACHED) * p.size:
         for j in range(flagged(flags, p.size, positions)):
-            _place(p, q, flags, positions[j], key, weight, cursors)
+            cursors = _place(p, q, flags, positions[j], key, weight, cursors)
     else:
         for i in range(p.size):
-            _place(p, q, flags, i, key, weight, cursors)
+            cursors = _place(p, q, flags, i, key, weight, cursors)
 
 
-@kernel(borrow=True)
+@kernel(inline=True)
 def _place(p, q, flags, i, key, weight, cursors):
+    """Token i to the slot its flag's cursor holds; returns the cursors, that one moved on.
+    The cursors are selected, not indexed, so that they stay in registers: a cursor kept in
+    memory would make each token wait for the store of the one before (a sixth of the pass)."""
+    settled, kept_low, kept_high, released_low, released_high = cursors
     flag = flags[i]
-    slot = cursors[flag]
+    is_kept_low = flag == KEPT_LOW
+    is_kept_high = flag == KEPT_HIGH
+    is_released_low = flag == RELEASED_LOW
+    is_released_high = flag == RELEASED_HIGH
+    slot = kept_low if is_kept_low else settled
+    slot = kept_high if is_kept_high else slot
+    slot = released_low if is_released_low else slot
+    slot = released_high if is_released_high else slot
     pi = np.float64(p[i])
     key[slot] = _SIGNS[flag] * (np.float64(q[i]) / pi)
     weight[slot] = pi
-    cursors[flag] = slot + (flag != SETTLED)
+    return (settled, kept_low + is_kept_low, kept_high + is_kept_high, released_low + is_released_low,
+            released_high + is_released_high)
