@@ -42,7 +42,7 @@ SETTLED, KEPT_LOW, KEPT_HIGH, RELEASED_LOW, RELEASED_HIGH = range(5)
 SCREEN_P_MIN = 2.0 ** -1010
 #: Relative margin of the screen's bounds: a token whose ratio lies within it of a bound is
 #: left undecided, so that comparing products decides as comparing the rounded ratio would.
-_SLACK = 8.0 * 2.0 ** -53
+SLACK = 8.0 * 2.0 ** -53
 
 
 @kernel
@@ -175,10 +175,10 @@ def flagged(flags, n, positions):
 def screen_factors(bounds):
     """(1 / a_lo', 1 / a_hi', b_lo', b_hi'): the factors ``screen`` compares q and p with, for
     bounds a_lo' = a_lo (1 - s), a_hi' = a_hi (1 + s), b_lo' = b_lo (1 - s), b_hi' = b_hi (1 + s)
-    moved outwards by s = _SLACK (where they settle nothing more than the exact bounds)."""
+    moved outwards by s = SLACK (where they settle nothing more than the exact bounds)."""
     a_lo, a_hi, b_lo, b_hi = bounds
-    return (1.0 / (a_lo * (1.0 - _SLACK)), 1.0 / (a_hi * (1.0 + _SLACK)), b_lo * (1.0 - _SLACK),
-            b_hi * (1.0 + _SLACK))
+    return (1.0 / (a_lo * (1.0 - SLACK)), 1.0 / (a_hi * (1.0 + SLACK)), b_lo * (1.0 - SLACK),
+            b_hi * (1.0 + SLACK))
 
 
 @kernel(reassociate=True, borrow=True)

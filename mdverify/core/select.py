@@ -45,7 +45,7 @@ from mdverify.core.index import _prefix_sums, add_compensated, split_sides
 from mdverify.core.jit import kernel
 from mdverify.core.terms import (CHUNK, divergence_of_terms, divergence_row, divergence_terms, needs_f_tilde,
                                  sum_of_terms, sum_weighted_f_tilde, weighted_f_tilde)
-from mdverify.core.screen import flag_view, flagged, gather, inclusion, mark_both, mark_sample, screen
+from mdverify.core.screen import SLACK, flag_view, flagged, gather, inclusion, mark_both, mark_sample, screen
 from mdverify.core.walk import (A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, advance, initial_state, segment_point,
                                 solve_segment, solve_slope)
 
@@ -571,8 +571,11 @@ def _walk_between(work, split, unsummed, low, high, bounds, eps, kind, alpha, sl
     settled = (low[P_CLIP] > 0.0, low[M_REL] > 0.0, high[M_REL] > 0.0, high[P_CLIP] > 0.0)
     state, binding, q0, base, stopped = _search(work, split, unsummed, low, high, eps, kind, alpha, slope_limit)
     a, b = state[A], state[B]
-    hits = np.array([settled[0] and a <= a_lo, settled[1] and a >= a_hi, settled[2] and b <= b_lo,
-                     settled[3] and b >= b_hi])
+    # A threshold within the screen's slack of a bound reached it: the tokens there are left
+    # undecided, and one of them, its ratio an ulp past the bound's, may be where the walk stops.
+    near = 2.0 * SLACK
+    hits = np.array([settled[0] and a <= a_lo * (1.0 + near), settled[1] and a >= a_hi * (1.0 - near),
+                     settled[2] and b <= b_lo * (1.0 + near), settled[3] and b >= b_hi * (1.0 - near)])
     # A price's search ends at the start of the last segment, slope already over the limit,
     # where the crossing lies before it: cut off by a bound, unless the slope jumps there.
     within_price = slope_limit == np.inf or _slope_before(state, kind, alpha) <= slope_limit
