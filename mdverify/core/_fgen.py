@@ -203,8 +203,7 @@ def f_tilde(kind, a, t):
     if kind == 5:  # hellinger
         return float((math.sqrt(t) - 1)**2)
     if kind == 6:  # jensen_shannon
-        u = 1.0 / t
-        return float(t * (-1/2*(u*math.log(1/2 + (1/2)/u) + math.log(u) + math.log(1/2 + (1/2)/u))))
+        return float(t*((1/2)*math.log(t) - 1/2*math.log((1/2)*t + 1/2)) - 1/2*math.log((1/2)*t + 1/2))
     if kind == 7:  # triangular
         u = 1.0 / t
         return float(t * ((u - 1)**2/(u + 1)))
@@ -403,10 +402,9 @@ def f_tilde_kind5(a, t):
 @inline_kernel
 def f_tilde_kind6(a, t):
     """f~(t) of jensen_shannon: ``f_tilde``'s pieces, each computed and one kept, with ``fastlog.log``."""
-    u = 1.0 / t
-    log0 = log(t if t <= 1.0 else u)
-    log1 = log((1/2)*t + 1/2 if t <= 1.0 else 1/2 + (1/2)/u)
-    high = t * (-1/2*(u*log1 + log0 + log1))
+    log0 = log(t)
+    log1 = log((1/2)*t + 1/2)
+    high = t*((1/2)*log0 - 1/2*log1) - 1/2*log1
     low = (1/2)*t*log0 - 1/2*(t + 1)*log1
     value = low if t <= 1.0 else high
     w = t - 1.0

@@ -223,10 +223,22 @@ def above_one_form(direct: sp.Expr, star: sp.Expr, scaled: bool, kinked: bool) -
     forms = [(_cost(c) + 4 + scaled, (c, True), conjugate(c)) for c in _candidates(star, u)]
     forms += [(_cost(c), (c, False), sp.lambdify((t, derive_a), c, modules="numpy")) for c in _candidates(direct, t)]
     exact = sp.lambdify((t, derive_a), direct, modules="mpmath")
-    for _, form, evaluate in sorted(forms, key=lambda form: form[0]):  # stable: the earlier among ties
-        if _within(evaluate, exact, _params(direct, star), _above_one_grid(kinked), 1e307):  # near the float max
-            return form
-    raise ValueError(f"no numerically stable form found for {direct} above t = 1")
+
+    def holds(evaluate):  # up to near the float max
+        return _within(evaluate, exact, _params(direct, star), _above_one_grid(kinked), 1e307)
+
+    for cost, form, evaluate in sorted(forms, key=lambda form: form[0]):  # stable: the earlier among ties
+        if holds(evaluate):
+            break
+    else:
+        raise ValueError(f"no numerically stable form found for {direct} above t = 1")
+    # Where a form in u is the cheapest that holds, the direct form collected in t may hold too,
+    # without the division: t (log t - log((t + 1)/2))/2 - log((t + 1)/2)/2 for jensen_shannon,
+    # whose logarithms are those of its form below 1 (a branch-free f~ then takes them once).
+    collected = sp.collect(sp.expand(direct), t)
+    if form[1] and _cost(collected) < cost and holds(sp.lambdify((t, derive_a), collected, modules="numpy")):
+        return collected, False
+    return form
 
 
 def _families() -> list[tuple[str, str]]:

@@ -205,7 +205,7 @@ def f_tilde(kind, a, t):
         return _pieces(t, f_tilde_at_zero(kind, a),
                        lambda t, w, u: (32767/15728640)*w**16 + w**8*(w**4*(w**2*(8191/2981888 - 5461/2293760*w) - 105/32768*w + 2047/540672) + w**2*(511/92160 - 93/20480*w) - 85/12288*w + 127/14336) + w**4*(w**2*(31/1920 - 3/256*w) - 3/128*w + 7/192) + w**2*(1/8 - 1/16*w),
                        lambda t, w, u: (1/2)*t*torch.log(t) - 1/2*(t + 1)*torch.log((1/2)*t + 1/2),
-                       lambda t, w, u: t * (-1/2*(u*torch.log(1/2 + (1/2)/u) + torch.log(u) + torch.log(1/2 + (1/2)/u))))
+                       lambda t, w, u: t*((1/2)*torch.log(t) - 1/2*torch.log((1/2)*t + 1/2)) - 1/2*torch.log((1/2)*t + 1/2))
     if kind == 7:  # triangular
         return _pieces(t, f_tilde_at_zero(kind, a),
                        lambda t, w, u: (1/32768)*w**16 + w**8*(w**4*(w**2*(1/8192 - 1/16384*w) - 1/4096*w + 1/2048) + w**2*(1/512 - 1/1024*w) - 1/256*w + 1/128) + w**4*(w**2*(1/32 - 1/64*w) - 1/16*w + 1/8) + w**2*(1/2 - 1/4*w),
