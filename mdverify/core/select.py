@@ -430,6 +430,17 @@ def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit):
                                                                        binding)
             if found:
                 return True, drafter, False, drafter_q0, drafter_base
+            if eps < state[D] <= eps * (1.0 + _MARGIN):
+                # Wider bounds would end there too: the last pivot found its point within the
+                # budget and the end, summed in another order, is ulps over. A budget lower by
+                # more than such ulps (relative _ENDS, or four overshoots) ends inside a proper
+                # last segment, where the walk is exact; the optimum moves that little less
+                # mass. (Screened anew: the search updated the sums; the tokens stay the same.)
+                split, unsummed, low, high = _screened(p, q, work, bounds)
+                lower = _walk_between(work, split, unsummed, low, high, bounds,
+                                      eps - max(4.0 * (state[D] - eps), _ENDS * eps), kind, alpha, slope_limit)
+                if lower[0]:
+                    return True, lower[2], lower[3], lower[4], lower[5]
         if level + 1 == levels.shape[0]:
             break
         within = bounds
