@@ -8,6 +8,8 @@ import platform
 import subprocess
 from pathlib import Path
 
+import numpy as np
+
 
 def commit() -> str:
     try:
@@ -32,7 +34,21 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return f"{cpu}, {os.cpu_count()} logical cores, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+    return (f"{cpu}, {os.cpu_count()} logical cores, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}, {numpy_build()}")
+
+
+def numpy_build() -> str:
+    """numpy's version and the widest SIMD extension its kernels dispatch to here. The sort every
+    speed ratio is taken against is one of those kernels, and its speed depends on the extension
+    several-fold: an AMD EPYC (Zen 4) sorted 131072 float64 in 5.4 ms with AVX512_ICL and in
+    0.84 ms with AVX-512 turned off (NPY_DISABLE_CPU_FEATURES), numpy 2.4.6."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    except ImportError:  # the layout of numpy's internals before 2.0
+        return f"numpy {np.__version__}"
+    found = [name for name in __cpu_dispatch__ if __cpu_features__.get(name)]
+    return f"numpy {np.__version__} ({found[-1] if found else 'baseline'} kernels)"
 
 
 def stamp() -> dict[str, str]:

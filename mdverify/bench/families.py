@@ -228,6 +228,10 @@ def markdown(result: dict, plot_name: str) -> str:
         for scope, m in (("all", s[method]), (f"n = {result['n']}", at_n[method])):
             lines.append(f"| {label} | {scope} ({m['cases']}) | {m['median']:.2f} | {m['worst']:.2f} "
                          f"| {100 * m['share_within_half']:.0f}% | {m['worst_case']} |")
+    sort_at_n = np.median([c["sort_ms"] for c in result["cases"] if c["n"] == result["n"]])
+    lines += ["", f"The sort itself, the unit of every ratio: {sort_at_n:.2f} ms at n = {result['n']} (median over "
+              "the cases). Its speed depends several-fold on the SIMD kernels numpy dispatches to (named with the "
+              "machine), so set a ratio beside that time when comparing machines."]
     small = sorted({(c["family"], c["n"]) for c in result["cases"] if c["n"] != result["n"]})
     if small:
         sort_ms = np.median([c["sort_ms"] for c in result["cases"] if c["n"] != result["n"]])
