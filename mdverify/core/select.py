@@ -437,10 +437,11 @@ def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit):
                 # last segment, where the walk is exact; the optimum moves that little less
                 # mass. (Screened anew: the search updated the sums; the tokens stay the same.)
                 split, unsummed, low, high = _screened(p, q, work, bounds)
-                lower = _walk_between(work, split, unsummed, low, high, bounds,
-                                      eps - max(4.0 * (state[D] - eps), _ENDS * eps), kind, alpha, slope_limit)
-                if lower[0]:
-                    return True, lower[2], lower[3], lower[4], lower[5]
+                lower = eps - max(4.0 * (state[D] - eps), _ENDS * eps)
+                confirmed, _, lower_state, lower_binding, lower_q0, lower_base = _walk_between(
+                    work, split, unsummed, low, high, bounds, lower, kind, alpha, slope_limit)
+                if confirmed:
+                    return True, lower_state, lower_binding, lower_q0, lower_base
         if level + 1 == levels.shape[0]:
             break
         within = bounds
