@@ -6,6 +6,7 @@ import pytest
 import mdverify as md
 from mdverify.core import screen, select
 from mdverify.core.index import split_sides
+from mdverify.core.terms import CHUNK, sum_weighted_f_tilde
 from mdverify.core.walk import M
 from mdverify.workloads import edge_rows, families, llm_rows, truncate_top_k, truncate_top_p
 
@@ -117,6 +118,51 @@ def test_gather_lays_out_each_side_undecided_first_then_released(dense, monkeypa
         np.testing.assert_array_equal(work[1, n - n_high:], p[high].astype(np.float64), err_msg=label)
 
 
+@pytest.mark.parametrize("name", ["kl", "reverse_kl", "tv", "hellinger", "jensen_shannon", "pearson"])
+def test_released_tokens_summed_in_place_are_the_sums_of_their_terms(name):
+    """``sum_released`` gives each side's sum of p f~(q/p) over its released tokens, as summing
+    the tokens ``gather`` lays out gives it (inf where a term is: q = 0 under reverse_kl), and
+    flags exactly those tokens settled."""
+    entry = md.divergence(name)
+    for bounds in ((0.3, 0.8, 1.5, 4.0), (1e-9, 1e-6, 1.0 + 1e-9, 1e6)):
+        for label, p, q in _rows():
+            n = p.size
+            work = np.zeros((4, n))
+            flags = screen.flag_view(work[3], n)
+            n_low, n_high, n_released_low, n_released_high = screen.screen(p, q, bounds, flags)[10:]
+            before = flags[:n].copy()
+            f_low, f_high = screen.sum_released(entry.kind, entry.param, p, q, flags, work)
+            released = before >= screen.RELEASED_LOW
+            np.testing.assert_array_equal(flags[:n], np.where(released, screen.SETTLED, before), err_msg=label)
+            flags[:n] = before
+            screen.gather(p, q, flags, work[2].view(np.int64), work[0], work[1], n_low, n_high, n_released_low,
+                          n_released_high)
+            expected = [sum_weighted_f_tilde(entry.kind, entry.param, work[0], work[1], s, start, end, 0.0, np.inf,
+                                             np.empty(CHUNK)) for s, start, end in
+                        ((1.0, n_low - n_released_low, n_low), (-1.0, n - n_released_high, n))]
+            np.testing.assert_allclose([f_low, f_high], expected, rtol=1e-13, atol=0, err_msg=label)
+
+
+@pytest.mark.parametrize("family, divergence, eps", [
+    ("unrelated drafter", "hellinger", 1.0), ("unrelated drafter", "reverse_kl", 1.0),
+    ("Zipf, weak drafter noise", "kl", 0.01), ("LLM-like, T = 1.5", "jensen_shannon", 0.1)])
+def test_rows_mostly_released_are_summed_by_the_screen_and_match_sorted(family, divergence, eps):
+    """Where the first bounds release most of the row, the screen sums the released tokens
+    instead of laying them out (the search then confirms them, or refuses them and the row is
+    screened anew), and the solver finds the sorted walk's optimum."""
+    from mdverify.bench.families import FAMILIES
+
+    p, q = FAMILIES[family](16384, np.random.default_rng(0))
+    entry = md.divergence(divergence)
+    work = np.empty((4, p.size))
+    _, _, tokens, ps, qs = select._sample(p, q, work, False)
+    levels, _ = select._sample_bounds(p.size, tokens, ps, qs, eps, entry.kind, entry.param, np.inf)
+    split, unsummed, low, high, laid_out = select._screened(p, q, work, tuple(levels[0]), entry.kind, entry.param)
+    assert not laid_out and unsummed == (0, 0)
+    assert low[select.F_EXACT] > 0.0 and high[select.F_EXACT] > 0.0
+    _assert_select_matches_sorted(p, q, entry, family, (eps,))
+
+
 def test_sample_takes_tokens_by_mass_and_is_deterministic():
     p, q = (x[0] for x in llm_rows(131072, 1, seed=3))
     work = np.zeros((4, p.size))
@@ -213,7 +259,7 @@ def _groups(work, count, released, side):
 
 
 @pytest.mark.parametrize("family, seed, divergence, eps", [
-    ("LLM-like, T = 1.5", 1, "kl", 0.1), ("unrelated drafter", 0, "tv", 0.01),
+    ("unrelated drafter", 2, "tv", 0.01), ("unrelated drafter", 0, "tv", 0.01),
     ("unrelated drafter", 0, "hellinger", 0.001)])
 def test_bounds_within_refused_ones_settle_what_those_left(family, seed, divergence, eps):
     """After bounds refused beyond the optimum's moved mass (a_hi or b_lo), the next bounds
@@ -227,14 +273,16 @@ def test_bounds_within_refused_ones_settle_what_those_left(family, seed, diverge
     work, fresh = np.empty((4, p.size)), np.empty((4, p.size))
     _, _, tokens, ps, qs = select._sample(p, q, work, False)
     levels, _ = select._sample_bounds(p.size, tokens, ps, qs, eps, entry.kind, entry.param, np.inf)
-    split, unsummed, low, high = select._screened(p, q, work, tuple(levels[0]))
+    split, unsummed, low, high, laid_out = select._screened(p, q, work, tuple(levels[0]), entry.kind, entry.param)
+    assert laid_out  # else the next level screens the row anew
     clipped = (low[select.P_CLIP], high[select.P_CLIP])
     _, hits, *_ = select._walk_between(work, split, unsummed, low, high, tuple(levels[0]), eps, entry.kind,
                                        entry.param, np.inf)
     assert hits[1] or hits[2]
     bounds = select._onward(tuple(levels[0]), hits, levels[1])
     again = select._rescreened(work, split, clipped, bounds)
-    screened = select._screened(p, q, fresh, bounds)
+    screened = select._screened(p, q, fresh, bounds, entry.kind, entry.param)
+    assert again[4] and screened[4]
     for side, edges in ((0, bounds[:2]), (1, (-bounds[3], -bounds[2]))):
         groups = [_groups(w, layout[0][side], layout[1][side], side)
                   for w, layout in ((work, again), (fresh, screened))]
@@ -243,7 +291,7 @@ def test_bounds_within_refused_ones_settle_what_those_left(family, seed, diverge
         assert all(near) and len(differ) <= 8
         mass = sum(weight * (1.0 + abs(key)) for (key, weight), _ in differ)  # p and moved mass
         np.testing.assert_allclose(again[2 + side], screened[2 + side], rtol=1e-12, atol=mass + 1e-15)
-    confirmed, _, state, _, _, base = select._walk_between(work, *again, bounds, eps, entry.kind, entry.param, np.inf)
+    confirmed, _, state, _, _, base = select._walk_between(work, *again[:4], bounds, eps, entry.kind, entry.param, np.inf)
     ref = md.mentor(p, q, eps, entry, method="sorted")
     assert confirmed
     np.testing.assert_allclose(base + state[M], ref.acceptance, rtol=0, atol=1e-12)

@@ -26,8 +26,10 @@ import sys
 
 import numpy as np
 
+from mdverify.core._fgen import weighted_f_tilde_terms
 from mdverify.core.checks import invalid_entries, sum_tolerance, sums_valid
 from mdverify.core.jit import kernel
+from mdverify.core.terms import CHUNK, weighted_f_tilde
 
 _LITTLE_ENDIAN = sys.byteorder == "little"
 
@@ -232,6 +234,61 @@ def screen(p, q, bounds, flags):
                     + released_low * (RELEASED_LOW - KEPT_LOW) + released_high * (RELEASED_HIGH - KEPT_HIGH))
     return (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, p_released_low, p_released_high,
             moved_released_low, moved_released_high, n_low, n_high, n_released_low, n_released_high)
+
+
+@kernel(borrow=True)
+def sum_released(kind, alpha, p, q, flags, scratch):
+    """(f_low, f_high): the sums of p f~(q/p) over the tokens ``screen`` flagged RELEASED_LOW and
+    RELEASED_HIGH, which are then flagged SETTLED, so that ``gather`` leaves them out.
+
+    Chunk by chunk and without a branch, so that the generated loop of f~
+    (``weighted_f_tilde_terms``) vectorises over the row: every token's ratio is computed and
+    every other token's weight set to 0 (f~ is then spent on terms that are dropped, which
+    costs less than packing the released ones: a pass of ``gather``). Where a chunk's sum is
+    not finite, its released terms are summed one by one, as ``terms.sum_weighted_f_tilde``
+    sums. ``scratch``: float64, shape (>= 3, >= CHUNK).
+    """
+    ratio, weight, terms = scratch[0], scratch[1], scratch[2]
+    f_low = f_high = 0.0
+    for first in range(0, p.size, CHUNK):
+        count = min(CHUNK, p.size - first)
+        chunk = flags[first:first + count]
+        _released_terms(p[first:first + count], q[first:first + count], chunk, ratio, weight)
+        weighted_f_tilde_terms(kind, alpha, ratio, weight, 1.0, 0, count, terms)
+        low, high = _sums_by_side(terms, chunk)
+        if not low + high < np.inf:
+            low = high = 0.0
+            for j in range(count):
+                term = weighted_f_tilde(kind, alpha, weight[j], ratio[j]) if weight[j] > 0.0 else 0.0
+                low += term if chunk[j] == RELEASED_LOW else 0.0
+                high += term if chunk[j] == RELEASED_HIGH else 0.0
+        f_low += low
+        f_high += high
+        for j in range(count):
+            chunk[j] = SETTLED if chunk[j] >= RELEASED_LOW else chunk[j]
+    return f_low, f_high
+
+
+@kernel(borrow=True)
+def _released_terms(p, q, flags, ratio, weight):
+    """(ratio, weight)[j] = (q_j / p_j, p_j) for a released token, (1, 0) for any other (whose
+    q/p, maybe inf or nan, is selected away)."""
+    for j in range(p.size):
+        pj = np.float64(p[j])
+        released = flags[j] >= RELEASED_LOW
+        ratio[j] = np.float64(q[j]) / pj if released else 1.0
+        weight[j] = pj if released else 0.0
+
+
+@kernel(reassociate=True, borrow=True)
+def _sums_by_side(terms, flags):
+    """(sum of the terms flagged RELEASED_LOW, sum of those flagged RELEASED_HIGH), added in an
+    order the compiler chooses (vectorised)."""
+    low = high = 0.0
+    for j in range(flags.size):
+        low += terms[j] if flags[j] == RELEASED_LOW else 0.0
+        high += terms[j] if flags[j] == RELEASED_HIGH else 0.0
+    return low, high
 
 
 #: Per flag: the key's sign (rho on the low side, -rho on the high side) in ``gather``'s layout.
