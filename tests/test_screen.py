@@ -157,7 +157,8 @@ def test_rows_mostly_released_are_summed_by_the_screen_and_match_sorted(family, 
     work = np.empty((4, p.size))
     _, _, tokens, ps, qs = select._sample(p, q, work, False)
     levels, _ = select._sample_bounds(p.size, tokens, ps, qs, eps, entry.kind, entry.param, np.inf)
-    split, unsummed, low, high, laid_out = select._screened(p, q, work, tuple(levels[0]), entry.kind, entry.param)
+    split, unsummed, low, high, laid_out = select._screened(p, q, work, tuple(levels[0]), entry.kind, entry.param,
+                                                            True)
     assert not laid_out and unsummed == (0, 0)
     assert low[select.F_EXACT] > 0.0 and high[select.F_EXACT] > 0.0
     _assert_select_matches_sorted(p, q, entry, family, (eps,))
@@ -273,7 +274,8 @@ def test_bounds_within_refused_ones_settle_what_those_left(family, seed, diverge
     work, fresh = np.empty((4, p.size)), np.empty((4, p.size))
     _, _, tokens, ps, qs = select._sample(p, q, work, False)
     levels, _ = select._sample_bounds(p.size, tokens, ps, qs, eps, entry.kind, entry.param, np.inf)
-    split, unsummed, low, high, laid_out = select._screened(p, q, work, tuple(levels[0]), entry.kind, entry.param)
+    split, unsummed, low, high, laid_out = select._screened(p, q, work, tuple(levels[0]), entry.kind, entry.param,
+                                                            True)
     assert laid_out  # else the next level screens the row anew
     clipped = (low[select.P_CLIP], high[select.P_CLIP])
     _, hits, *_ = select._walk_between(work, split, unsummed, low, high, tuple(levels[0]), eps, entry.kind,
@@ -281,7 +283,7 @@ def test_bounds_within_refused_ones_settle_what_those_left(family, seed, diverge
     assert hits[1] or hits[2]
     bounds = select._onward(tuple(levels[0]), hits, levels[1])
     again = select._rescreened(work, split, clipped, bounds)
-    screened = select._screened(p, q, fresh, bounds, entry.kind, entry.param)
+    screened = select._screened(p, q, fresh, bounds, entry.kind, entry.param, True)
     assert again[4] and screened[4]
     for side, edges in ((0, bounds[:2]), (1, (-bounds[3], -bounds[2]))):
         groups = [_groups(w, layout[0][side], layout[1][side], side)

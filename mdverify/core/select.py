@@ -81,7 +81,8 @@ SPARSE_SHARE = 16
 #: one vectorised pass of f~ over the row (``screen.sum_released``), not gathered one by one to
 #: be summed later. At n = 131072 the pass costs 0.5-0.9x the gather and sum from this share on
 #: (jensen_shannon, the costliest f~ registered, about 1.06x at it); it also keeps a refused
-#: level from settling the laid-out tokens anew (``_rescreened``).
+#: level from settling the laid-out tokens anew (``_rescreened``). Not after r = q was tried
+#: and found over the budget (budgets just below D(q || p)): there it cost 3-8% more.
 SUM_RELEASED_SHARE = 0.6
 #: A sample on which the budget does not bind where it binds on the row misjudged its
 #: thresholds too: the screen then starts from this level of SAMPLE_REACH.
@@ -348,7 +349,7 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
                 levels, _ = _sample_bounds(p.size, tokens, ps, qs, eps, kind, alpha, slope_limit)
             first = MISJUDGED_LEVEL if misjudged else 0
             found, state, binding, q0, base = _screen_by_levels(p, q, eps, kind, alpha, work, levels[first:],
-                                                                slope_limit)
+                                                                slope_limit, not misjudged)
         if found:
             return True, state, binding, q0, base
     elif check and not row_valid(p, q, sum_tolerance(p)):
@@ -421,15 +422,16 @@ def _drafter_at_end(p, q, eps, kind, alpha, slope_limit, work, state, binding):
 
 
 @kernel
-def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit):
+def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit, summing):
     """(found, state, binding, q0, base): ``screened_walk`` with the bounds of each level in
     turn until a result is confirmed, each after a refusal widened only the way that its
     bounds held the walk back (``_onward``). Bounds that clip nothing the refused ones left
     (those that held the walk back beyond the optimum's moved mass) settle the tokens those
     left laid out in ``work`` (``_rescreened``), without passing over the row again, where they
-    laid out every token they did not clip (their released ones were not summed by the screen)."""
+    laid out every token they did not clip (their released ones were not summed by the screen,
+    which it may do where ``summing``: see SUM_RELEASED_SHARE)."""
     bounds = (levels[0, 0], levels[0, 1], levels[0, 2], levels[0, 3])
-    split, unsummed, low, high, laid_out = _screened(p, q, work, bounds, kind, alpha)
+    split, unsummed, low, high, laid_out = _screened(p, q, work, bounds, kind, alpha, summing)
     for level in range(levels.shape[0]):
         clipped = (low[P_CLIP], high[P_CLIP])
         confirmed, hits, state, binding, q0, base = _walk_between(work, split, unsummed, low, high, bounds, eps, kind,
@@ -447,7 +449,7 @@ def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit):
                 # more than such ulps (relative _ENDS, or four overshoots) ends inside a proper
                 # last segment, where the walk is exact; the optimum moves that little less
                 # mass. (Screened anew: the search updated the sums; the tokens stay the same.)
-                split, unsummed, low, high, laid_out = _screened(p, q, work, bounds, kind, alpha)
+                split, unsummed, low, high, laid_out = _screened(p, q, work, bounds, kind, alpha, summing)
                 lower = eps - max(4.0 * (state[D] - eps), _ENDS * eps)
                 confirmed, _, lower_state, lower_binding, lower_q0, lower_base = _walk_between(
                     work, split, unsummed, low, high, bounds, lower, kind, alpha, slope_limit)
@@ -460,7 +462,7 @@ def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit):
         if laid_out and bounds[0] >= within[0] and bounds[3] <= within[3]:
             split, unsummed, low, high, laid_out = _rescreened(work, split, clipped, bounds)
         else:
-            split, unsummed, low, high, laid_out = _screened(p, q, work, bounds, kind, alpha)
+            split, unsummed, low, high, laid_out = _screened(p, q, work, bounds, kind, alpha, summing)
     return False, state, binding, q0, base
 
 
@@ -496,22 +498,23 @@ def screened_walk(p, q, eps, kind, alpha, work, bounds, slope_limit):
     b <= b_lo, b >= b_hi, counting only those that settled a group): with one, the optimum
     presumably lies past it.
     """
-    split, unsummed, low, high, _ = _screened(p, q, work, bounds, kind, alpha)
+    split, unsummed, low, high, _ = _screened(p, q, work, bounds, kind, alpha, True)
     return _walk_between(work, split, unsummed, low, high, bounds, eps, kind, alpha, slope_limit)
 
 
 @kernel
-def _screened(p, q, work, bounds, kind, alpha):
+def _screened(p, q, work, bounds, kind, alpha, summing):
     """(split, unsummed, low_sums, high_sums, laid_out) for ``_search``: the row screened between
-    ``bounds`` (``screen.screen``) and its tokens not clipped gathered into ``work``; where at
-    least SUM_RELEASED_SHARE of the row is released, its released tokens summed instead
-    (``screen.sum_released``) and only the undecided ones gathered (``laid_out`` False)."""
+    ``bounds`` (``screen.screen``) and its tokens not clipped gathered into ``work``; where
+    ``summing`` and at least SUM_RELEASED_SHARE of the row is released, its released tokens
+    summed instead (``screen.sum_released``) and only the undecided ones gathered (``laid_out``
+    False)."""
     flags = flag_view(work[3], p.size)
     (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, p_released_low, p_released_high,
      moved_released_low, moved_released_high, n_low, n_high, n_released_low, n_released_high) = screen(p, q, bounds,
                                                                                                        flags)
     f_released = (np.nan, np.nan)
-    laid_out = n_released_low + n_released_high < SUM_RELEASED_SHARE * p.size
+    laid_out = not summing or n_released_low + n_released_high < SUM_RELEASED_SHARE * p.size
     if not laid_out:  # work[:3] is free until the gather
         f_released = sum_released(kind, alpha, p, q, flags, work)
         n_low -= n_released_low
