@@ -146,13 +146,14 @@ def test_released_tokens_summed_in_place_are_the_sums_of_their_terms(name):
 @pytest.mark.parametrize("family, divergence, eps", [
     ("unrelated drafter", "hellinger", 1.0), ("unrelated drafter", "reverse_kl", 1.0),
     ("Zipf, weak drafter noise", "kl", 0.01), ("LLM-like, T = 1.5", "jensen_shannon", 0.1)])
-def test_rows_mostly_released_are_summed_by_the_screen_and_match_sorted(family, divergence, eps):
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_rows_mostly_released_are_summed_by_the_screen_and_match_sorted(family, divergence, eps, dtype):
     """Where the first bounds release most of the row, the screen sums the released tokens
     instead of laying them out (the search then confirms them, or refuses them and the row is
     screened anew), and the solver finds the sorted walk's optimum."""
     from mdverify.bench.families import FAMILIES
 
-    p, q = FAMILIES[family](16384, np.random.default_rng(0))
+    p, q = (x.astype(dtype) for x in FAMILIES[family](16384, np.random.default_rng(0)))
     entry = md.divergence(divergence)
     work = np.empty((4, p.size))
     _, _, tokens, ps, qs = select._sample(p, q, work, False)
