@@ -12,7 +12,9 @@ which changes their rounding and nothing else). The gather pass then copies the 
 tokens, the only ones the search needs one by one, into the split layout of
 ``index.split_sides``, and the released ones after them, for the search to sum p f~(rho)
 over them only if and when its decisions need that sum; where few tokens are flagged, it
-visits only those, skipping eight unflagged tokens at a time.
+visits only those, skipping eight unflagged tokens at a time. Where most of the row is
+released, ``sum_released`` sums their terms where they lie instead, in a vectorised pass, and
+the gather copies only the undecided tokens.
 
 The bounds are an estimate, so the solve on the screened row must confirm its answer: the
 search sums every group exactly, so its last segment is a true segment of the row's
