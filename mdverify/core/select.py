@@ -82,7 +82,7 @@ SPARSE_SHARE = 16
 #: be summed later. At n = 131072 the pass costs 0.5-0.9x the gather and sum from this share on
 #: (jensen_shannon, the costliest f~ registered, about 1.06x at it); it also keeps a refused
 #: level from settling the laid-out tokens anew (``_rescreened``). Not after r = q was tried
-#: and found over the budget (budgets just below D(q || p)): there it cost 3-8% more.
+#: and failed (budgets just below D(q || p)): there it cost 3-8% more.
 SUM_RELEASED_SHARE = 0.6
 #: A sample on which the budget does not bind where it binds on the row misjudged its
 #: thresholds too: the screen then starts from this level of SAMPLE_REACH.
@@ -349,7 +349,7 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
                 levels, _ = _sample_bounds(p.size, tokens, ps, qs, eps, kind, alpha, slope_limit)
             first = MISJUDGED_LEVEL if misjudged else 0
             found, state, binding, q0, base = _screen_by_levels(p, q, eps, kind, alpha, work, levels[first:],
-                                                                slope_limit, not misjudged)
+                                                                slope_limit, reaches_drafter)
         if found:
             return True, state, binding, q0, base
     elif check and not row_valid(p, q, sum_tolerance(p)):
@@ -422,14 +422,16 @@ def _drafter_at_end(p, q, eps, kind, alpha, slope_limit, work, state, binding):
 
 
 @kernel
-def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit, summing):
+def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit, drafter_tried):
     """(found, state, binding, q0, base): ``screened_walk`` with the bounds of each level in
     turn until a result is confirmed, each after a refusal widened only the way that its
     bounds held the walk back (``_onward``). Bounds that clip nothing the refused ones left
     (those that held the walk back beyond the optimum's moved mass) settle the tokens those
     left laid out in ``work`` (``_rescreened``), without passing over the row again, where they
     laid out every token they did not clip (their released ones were not summed by the screen,
-    which it may do where ``summing``: see SUM_RELEASED_SHARE)."""
+    which it does not do where ``drafter_tried``: see SUM_RELEASED_SHARE). ``drafter_tried``:
+    r = q was tried before the levels (``_drafter_state``) and failed, and is not tried again."""
+    summing = not drafter_tried
     bounds = (levels[0, 0], levels[0, 1], levels[0, 2], levels[0, 3])
     split, unsummed, low, high, laid_out = _screened(p, q, work, bounds, kind, alpha, summing)
     for level in range(levels.shape[0]):
@@ -439,10 +441,11 @@ def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit, summing
         if confirmed:
             return True, state, binding, q0, base
         if not hits.any():  # no bound held it back: the end, maybe an ulp over the budget
-            found, drafter, drafter_q0, drafter_base = _drafter_at_end(p, q, eps, kind, alpha, slope_limit, work, state,
-                                                                       binding)
-            if found:
-                return True, drafter, False, drafter_q0, drafter_base
+            if not drafter_tried:  # else it failed before, and would again
+                found, drafter, drafter_q0, drafter_base = _drafter_at_end(p, q, eps, kind, alpha, slope_limit, work,
+                                                                           state, binding)
+                if found:
+                    return True, drafter, False, drafter_q0, drafter_base
             if eps < state[D] <= eps * (1.0 + _MARGIN):
                 # Wider bounds would end there too: the last pivot found its point within the
                 # budget and the end, summed in another order, is ulps over. A budget lower by
