@@ -294,7 +294,8 @@ def test_bounds_within_refused_ones_settle_what_those_left(family, seed, diverge
         assert all(near) and len(differ) <= 8
         mass = sum(weight * (1.0 + abs(key)) for (key, weight), _ in differ)  # p and moved mass
         np.testing.assert_allclose(again[2 + side], screened[2 + side], rtol=1e-12, atol=mass + 1e-15)
-    confirmed, _, state, _, _, base = select._walk_between(work, *again[:4], bounds, eps, entry.kind, entry.param, np.inf)
+    confirmed, _, state, _, _, base = select._walk_between(work, *again[:4], bounds, eps, entry.kind, entry.param,
+                                                           np.inf)
     ref = md.mentor(p, q, eps, entry, method="sorted")
     assert confirmed
     np.testing.assert_allclose(base + state[M], ref.acceptance, rtol=0, atol=1e-12)

@@ -21,9 +21,10 @@ Long rows (SAMPLE_FROM tokens and more) are screened first (``core.screen``): a 
 row bounds both thresholds, two passes settle every token outside the bounds as clipped or
 released, and the search runs on the few tokens between them, with the settled groups as
 its starting sums (the released ones laid out after them, summed only when a decision needs
-it; or, where most of the row is released, summed at once by a vectorised pass over it). An answer that is not the budget's crossing inside its last segment (or the end at
-m_max) is not confirmed: the bounds are widened the way they held the walk back and the row
-screened again, or, where the new bounds clip nothing that the refused ones left, only the
+it; or, where most of the row is released, summed at once by a vectorised pass over it). An
+answer that is not the budget's crossing inside its last segment (or the end at m_max) is
+not confirmed: the bounds are widened the way they held the walk back and the row screened
+again, or, where the new bounds clip nothing that the refused ones left, only the
 tokens those laid out (``_screen_by_levels``); where bounds alone show that the settled groups
 hold the walk back (``_held_back``), the released tokens are never summed.
 
@@ -79,10 +80,10 @@ SAMPLE_WALK_SHARE = 4
 SPARSE_SHARE = 16
 #: A screened row of which at least this share is released has its released tokens summed by
 #: one vectorised pass of f~ over the row (``screen.sum_released``), not gathered one by one to
-#: be summed later. At n = 131072 the pass costs 0.5-0.9x the gather and sum from this share on
-#: (jensen_shannon, the costliest f~ registered, about 1.06x at it); it also keeps a refused
-#: level from settling the laid-out tokens anew (``_rescreened``). Not after r = q was tried
-#: and failed (budgets just below D(q || p)): there it cost 3-8% more.
+#: be summed later. At n = 131072 (flags at random) the pass costs 0.5-0.9x the gather and
+#: sum from this share on (jensen_shannon, the costliest f~ registered, 1.06x at it); it also
+#: keeps a refused level from settling the laid-out tokens anew (``_rescreened``). Not after
+#: r = q was tried and failed (budgets just below D(q || p)): there it cost 3-8% more.
 SUM_RELEASED_SHARE = 0.6
 #: A sample on which the budget does not bind where it binds on the row misjudged its
 #: thresholds too: the screen then starts from this level of SAMPLE_REACH.
