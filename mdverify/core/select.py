@@ -768,27 +768,39 @@ def _extreme_ratios(ratios):
 
 
 @kernel(reassociate=True, borrow=True)
-def _overlap_sums(ps, qs):
-    """(sum min(p, q), sum (p - q)_+, sum (q - p)_+) of a chunk, added in an order the compiler
-    chooses (vectorised)."""
+def _chunk_sums(ps, qs, ratios):
+    """(complete, least, greatest, base, low, high) of a chunk, in one pass that writes its
+    ratios q/p as float64 to ``ratios``: whether every token has q > 0 and a finite ratio; min(1,
+    least ratio) and max(1, greatest ratio), meaningful where complete (compared as bits, which
+    order such floats as their values); and sum min(p, q), sum (p - q)_+ and sum (q - p)_+,
+    added in an order the compiler chooses (vectorised). One pass, not one per result: the
+    chunk is read once, and its division overlaps the sums."""
+    missing = 0
+    one = np.float64(1.0).view(np.int64)
+    least = greatest = one
     base = low = high = 0.0
     for j in range(ps.size):
         pj, qj = np.float64(ps[j]), np.float64(qs[j])
+        t = qj / pj
+        ratios[j] = t
+        missing += not needs_f_tilde(t, qj)
+        bits = np.float64(t).view(np.int64)
+        least = min(least, bits)
+        greatest = max(greatest, bits)
         base += min(pj, qj)
         low += max(pj - qj, 0.0)
         high += max(qj - pj, 0.0)
-    return base, low, high
+    return missing == 0, np.int64(least).view(np.float64), np.int64(greatest).view(np.float64), base, low, high
 
 
 @kernel(borrow=True)
-def _add_overlap(sums, ps, qs):
-    """Add a chunk's ``_overlap_sums`` to sums = (base, capacity_low, capacity_high) with their
-    compensations in sums[3:]. Compensated across chunks: base + m is the acceptance, to be
-    equal to the sorted walk's to the last bits (and not over 1); and the capacities, summed
-    plainly over 131072 terms, drift past DRAFTER_BALANCE."""
-    chunk = _overlap_sums(ps, qs)
-    for k in range(3):
-        sums[k], sums[3 + k] = add_compensated(sums[k], sums[3 + k], chunk[k])
+def _add_overlap(sums, base, low, high):
+    """Add a chunk's sums of ``_chunk_sums`` to sums = (base, capacity_low, capacity_high) with
+    their compensations in sums[3:]. Compensated across chunks: base + m is the acceptance, to
+    be equal to the sorted walk's to the last bits (and not over 1); and the capacities,
+    summed plainly over 131072 terms, drift past DRAFTER_BALANCE."""
+    for k, chunk in enumerate((base, low, high)):
+        sums[k], sums[3 + k] = add_compensated(sums[k], sums[3 + k], chunk)
 
 
 @kernel
@@ -861,8 +873,9 @@ def _compacted_sums(p, q, eps, kind, alpha, slope_limit, work):
     # The rest: where q = 0 < p only the low capacity grows, by p; where the ratio is infinite
     # only the drafter's mass there, q0 (p, if not 0, is below 1e-308).
     sums = np.array([0.0, zero, 0.0, 0.0, 0.0, 0.0])
-    for first in range(0, count, CHUNK):
-        _add_overlap(sums, ps[first:first + CHUNK], qs[first:first + CHUNK])
+    for first in range(0, count, CHUNK):  # ratios rewritten as they are, for sums equal to _complete_sums'
+        chunk = _chunk_sums(ps[first:first + CHUNK], qs[first:first + CHUNK], ratios[first:first + CHUNK])
+        _add_overlap(sums, chunk[3], chunk[4], chunk[5])
     return (value, a, b, q0) + _overlap_totals(sums)
 
 
@@ -884,22 +897,22 @@ def _complete_sums(p, q, eps, kind, alpha, work):
     sums = np.zeros(6, np.float64)
     for first in range(0, p.size, CHUNK):
         count = min(CHUNK, p.size - first)
-        padded = not _ratios_of(p[first:first + count], q[first:first + count], ratios)
+        chunk = _chunk_sums(p[first:first + count], q[first:first + count], ratios)
+        padded = not chunk[0]
         if padded:
             count = _padded_from(p, q, first)
             if count < 0:
                 return False, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
-        ps, qs = p[first:first + count], q[first:first + count]
-        weighted_f_tilde_terms(kind, alpha, ratios, ps, 1.0, 0, count, terms)
+            chunk = _chunk_sums(p[first:first + count], q[first:first + count], ratios)
+        weighted_f_tilde_terms(kind, alpha, ratios, p[first:first + count], 1.0, 0, count, terms)
         value += sum_of_terms(terms, count)
         if not value < np.inf:
             return False, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
         if value > eps:
             return True, value, a, b, 0.0, 0.0, 0.0
-        least, greatest = _extreme_ratios(ratios[:count])
-        a = min(a, least)
-        b = max(b, greatest)
-        _add_overlap(sums, ps, qs)
+        a = min(a, chunk[1])
+        b = max(b, chunk[2])
+        _add_overlap(sums, chunk[3], chunk[4], chunk[5])
         if padded:  # the rest of the row adds nothing
             break
     return (True, value, a, b) + _overlap_totals(sums)
@@ -917,19 +930,6 @@ def _padded_from(p, q, first):
         if not needs_f_tilde(qi / np.float64(p[i]), qi):
             return -1
     return end - first
-
-
-@kernel(borrow=True)
-def _ratios_of(p, q, ratios):
-    """Write q/p of a chunk as float64 to ``ratios``; return whether every token has q > 0 and a
-    finite ratio."""
-    missing = 0
-    for j in range(p.size):
-        qj = np.float64(q[j])
-        t = qj / np.float64(p[j])
-        ratios[j] = t
-        missing += not needs_f_tilde(t, qj)
-    return missing == 0
 
 
 @kernel(borrow=True)
