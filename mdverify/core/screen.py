@@ -238,6 +238,34 @@ def screen(p, q, bounds, flags):
             moved_released_low, moved_released_high, n_low, n_high, n_released_low, n_released_high)
 
 
+@kernel(reassociate=True, borrow=True)
+def unclip(p, q, within, bounds, flags):
+    """Flag the tokens that ``screen`` clips between bounds ``within`` and not between the wider
+    ``bounds`` (KEPT_LOW, KEPT_HIGH; every other token SETTLED); return (p_clipped_low,
+    p_clipped_high, n_low, n_high): the p-mass of each side's tokens clipped between both, and
+    the number of each side's tokens flagged. Each token is classified as ``screen`` classifies
+    it, to the bit; its sums are reassociated, so that the loop vectorises."""
+    was_over_a_lo, _, _, was_b_hi = screen_factors(within)
+    over_a_lo, _, _, b_hi = screen_factors(bounds)
+    p_clipped_low = p_clipped_high = 0.0
+    n_low = n_high = 0
+    for i in range(p.size):
+        pi = np.float64(p[i])
+        qi = np.float64(q[i])
+        low = qi < pi
+        high = (qi > pi) & (pi > 0.0)
+        was_low = low & (qi * was_over_a_lo < pi)
+        was_high = high & (qi > was_b_hi * pi)
+        back_low = was_low & ~(qi * over_a_lo < pi)
+        back_high = was_high & ~(qi > b_hi * pi)
+        p_clipped_low += pi if was_low & ~back_low else 0.0
+        p_clipped_high += pi if was_high & ~back_high else 0.0
+        n_low += back_low
+        n_high += back_high
+        flags[i] = back_low * KEPT_LOW + back_high * KEPT_HIGH
+    return p_clipped_low, p_clipped_high, n_low, n_high
+
+
 @kernel(borrow=True)
 def sum_released(kind, alpha, p, q, flags, scratch):
     """(f_low, f_high): the sums of p f~(q/p) over the tokens ``screen`` flagged RELEASED_LOW and
