@@ -118,6 +118,30 @@ def test_gather_lays_out_each_side_undecided_first_then_released(dense, monkeypa
         np.testing.assert_array_equal(work[1, n - n_high:], p[high].astype(np.float64), err_msg=label)
 
 
+@pytest.mark.parametrize("dense", [False, True])
+def test_gather_into_a_part_without_a_free_slot_writes_nothing_outside_its_sides(dense, monkeypatch):
+    """Tokens flagged on a row whose other tokens are settled, gathered into a part of the
+    workspace that their two sides fill (as ``select._rescreened`` gathers the tokens that
+    wider bounds take back): the part holds them, and nothing around it is written, in either
+    of gather's ways."""
+    for share in ("DENSE", "DENSE_UNCACHED"):
+        monkeypatch.setattr(screen, share, 0.0 if dense else 2.0)
+    P, Q = llm_rows(5000, 1, seed=6)
+    p, q = P[0], Q[0]
+    rho, low, high = _ratios(p, q)
+    flags = screen.flag_view(np.empty(p.size), p.size)
+    chosen = np.zeros(p.size, bool)
+    chosen[::7] = True
+    flags[: p.size] = np.where(chosen & low, screen.KEPT_LOW, np.where(chosen & high, screen.KEPT_HIGH, screen.SETTLED))
+    n_low, n_high = (chosen & low).sum(), (chosen & high).sum()
+    key, weight = np.full(n_low + n_high + 2, np.nan), np.full(n_low + n_high + 2, np.nan)
+    screen.gather.py_func(p, q, flags, np.empty(p.size, np.int64), key[1:-1], weight[1:-1], n_low, n_high, 0, 0)
+    assert np.isnan(key[[0, -1]]).all() and np.isnan(weight[[0, -1]]).all()
+    np.testing.assert_array_equal(key[1:n_low + 1], rho[chosen & low])
+    np.testing.assert_array_equal(key[n_low + 1:-1], -rho[chosen & high])
+    np.testing.assert_array_equal(weight[1:-1], np.r_[p[chosen & low], p[chosen & high]])
+
+
 @pytest.mark.parametrize("name", ["kl", "reverse_kl", "tv", "hellinger", "jensen_shannon", "pearson"])
 def test_released_tokens_summed_in_place_are_the_sums_of_their_terms(name):
     """``sum_released`` gives each side's sum of p f~(q/p) over its released tokens, as summing
