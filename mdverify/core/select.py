@@ -23,10 +23,11 @@ released, and the search runs on the few tokens between them, with the settled g
 its starting sums (the released ones laid out after them, summed only when a decision needs
 it; or, where most of the row is released, summed at once by a vectorised pass over it). An
 answer that is not the budget's crossing inside its last segment (or the end at m_max) is
-not confirmed: the bounds are widened the way they held the walk back and the row screened
-again, or, where the new bounds clip nothing that the refused ones left, only the
-tokens those laid out (``_screen_by_levels``); where bounds alone show that the settled groups
-hold the walk back (``_held_back``), the released tokens are never summed.
+not confirmed: the bounds are widened the way they held the walk back and the tokens the
+refused ones laid out settled anew, with those the new bounds no longer clip taken back by one
+pass (``_screen_by_levels``), or, where that layout is not at hand, the row screened again;
+where bounds alone show that the settled groups hold the walk back (``_held_back``), the
+released tokens are never summed.
 
 A long row on which few tokens carry both p and q (a truncated target or drafter) is not
 screened: one pass flags those tokens and sums the p-mass where q = 0 and the q-mass where
