@@ -185,15 +185,6 @@ def screen_factors(bounds):
             b_hi * (1.0 + SLACK))
 
 
-@kernel(inline=True)
-def _clipped(pi, qi, over_a_lo, b_hi):
-    """(low, high, clipped_low, clipped_high) of a token as ``screen`` classifies it: low (q < p)
-    or high (q > p > 0), and clipped below a_lo' or above b_hi' (``screen_factors``)."""
-    low = qi < pi
-    high = (qi > pi) & (pi > 0.0)
-    return low, high, low & (qi * over_a_lo < pi), high & (qi > b_hi * pi)
-
-
 @kernel(reassociate=True, borrow=True)
 def screen(p, q, bounds, flags):
     """Flag every token for the search; return (base, capacity_low, capacity_high, q0,
@@ -221,8 +212,11 @@ def screen(p, q, bounds, flags):
     for i in range(p.size):
         pi = np.float64(p[i])
         qi = np.float64(q[i])
-        low, high, clipped_low, clipped_high = _clipped(pi, qi, over_a_lo, b_hi)
+        low = qi < pi
+        high = (qi > pi) & (pi > 0.0)
+        clipped_low = low & (qi * over_a_lo < pi)
         released_low = low & (qi * over_a_hi > pi)
+        clipped_high = high & (qi > b_hi * pi)
         released_high = high & (qi < b_lo * pi)
         base += min(pi, qi)
         capacity_low += pi - qi if low else 0.0
@@ -242,32 +236,6 @@ def screen(p, q, bounds, flags):
                     + released_low * (RELEASED_LOW - KEPT_LOW) + released_high * (RELEASED_HIGH - KEPT_HIGH))
     return (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, p_released_low, p_released_high,
             moved_released_low, moved_released_high, n_low, n_high, n_released_low, n_released_high)
-
-
-@kernel(reassociate=True, borrow=True)
-def unclip(p, q, within, bounds, flags):
-    """Flag the tokens that ``screen`` clips between bounds ``within`` and not between the wider
-    ``bounds`` (KEPT_LOW, KEPT_HIGH; every other token SETTLED); return (p_clipped_low,
-    p_clipped_high, n_low, n_high): the p-mass of each side's tokens clipped between both, and
-    the number of each side's tokens flagged. Each token is classified by ``screen``'s own test
-    (``_clipped``); the sums are reassociated, so that the loop vectorises."""
-    was_over_a_lo, _, _, was_b_hi = screen_factors(within)
-    over_a_lo, _, _, b_hi = screen_factors(bounds)
-    p_clipped_low = p_clipped_high = 0.0
-    n_low = n_high = 0
-    for i in range(p.size):
-        pi = np.float64(p[i])
-        qi = np.float64(q[i])
-        _, _, was_low, was_high = _clipped(pi, qi, was_over_a_lo, was_b_hi)
-        _, _, clipped_low, clipped_high = _clipped(pi, qi, over_a_lo, b_hi)
-        back_low = was_low & ~clipped_low
-        back_high = was_high & ~clipped_high
-        p_clipped_low += pi if was_low & clipped_low else 0.0
-        p_clipped_high += pi if was_high & clipped_high else 0.0
-        n_low += back_low
-        n_high += back_high
-        flags[i] = back_low * KEPT_LOW + back_high * KEPT_HIGH
-    return p_clipped_low, p_clipped_high, n_low, n_high
 
 
 @kernel(borrow=True)
@@ -351,13 +319,10 @@ def gather(p, q, flags, positions, key, weight, n_low, n_high, n_released_low, n
     Without branches on the flag: each token goes to the next slot of its group, whose
     cursor is selected by the flag. Where few tokens are flagged, only those are visited
     (``flagged``); otherwise every token is, a settled one written to a slot between the
-    sides that stays free, and not counted. ``key`` may be shorter than the row (a part of the
-    workspace, for some of its tokens); where its sides leave no slot free, only the flagged
-    tokens are visited.
+    sides that stays free, and not counted.
     """
     cursors = (n_low, 0, key.size - n_high, n_low - n_released_low, key.size - n_released_high)
-    full = n_low + n_high >= key.size
-    if full or n_low + n_high < (DENSE if p.size <= CACHED_TOKENS else DENSE_UNCACHED) * p.size:
+    if n_low + n_high < (DENSE if p.size <= CACHED_TOKENS else DENSE_UNCACHED) * p.size:
         for j in range(flagged(flags, p.size, positions)):
             cursors = _place(p, q, flags, positions[j], key, weight, cursors)
     else:

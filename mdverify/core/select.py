@@ -23,11 +23,10 @@ released, and the search runs on the few tokens between them, with the settled g
 its starting sums (the released ones laid out after them, summed only when a decision needs
 it; or, where most of the row is released, summed at once by a vectorised pass over it). An
 answer that is not the budget's crossing inside its last segment (or the end at m_max) is
-not confirmed: the bounds are widened the way they held the walk back and the tokens the
-refused ones laid out settled anew, with those the new bounds no longer clip taken back by one
-pass (``_screen_by_levels``), or, where that layout is not at hand, the row screened again;
-where bounds alone show that the settled groups hold the walk back (``_held_back``), the
-released tokens are never summed.
+not confirmed: the bounds are widened the way they held the walk back and the row screened
+again, or, where the new bounds clip nothing that the refused ones left, only the
+tokens those laid out (``_screen_by_levels``); where bounds alone show that the settled groups
+hold the walk back (``_held_back``), the released tokens are never summed.
 
 A long row on which few tokens carry both p and q (a truncated target or drafter) is not
 screened: one pass flags those tokens and sums the p-mass where q = 0 and the q-mass where
@@ -48,7 +47,7 @@ from mdverify.core.jit import kernel
 from mdverify.core.terms import (CHUNK, divergence_of_terms, divergence_row, divergence_terms, needs_f_tilde,
                                  sum_of_terms, sum_weighted_f_tilde, weighted_f_tilde)
 from mdverify.core.screen import (SLACK, flag_view, flagged, gather, inclusion, mark_both, mark_sample, screen,
-                                  sum_released, unclip)
+                                  sum_released)
 from mdverify.core.walk import (A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, advance, initial_state, segment_point,
                                 solve_segment, solve_slope)
 
@@ -427,18 +426,15 @@ def _drafter_at_end(p, q, eps, kind, alpha, slope_limit, work, state, binding):
 def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit, drafter_tried):
     """(found, state, binding, q0, base): ``screened_walk`` with the bounds of each level in
     turn until a result is confirmed, each after a refusal widened only the way that its
-    bounds held the walk back (``_onward``). The next bounds settle the tokens the refused ones
-    left laid out in ``work`` (``_rescreened``), without gathering them again, where those laid
-    out every token they did not clip (their released ones were not summed by the screen,
-    which it does not do where ``drafter_tried``: see SUM_RELEASED_SHARE): without passing over
-    the row where they clip nothing the refused ones left (after a refusal beyond the optimum's
-    moved mass), else with one pass that takes back the clipped tokens they leave, where the
-    refused bounds were the screen's. ``drafter_tried``:
+    bounds held the walk back (``_onward``). Bounds that clip nothing the refused ones left
+    (those that held the walk back beyond the optimum's moved mass) settle the tokens those
+    left laid out in ``work`` (``_rescreened``), without passing over the row again, where they
+    laid out every token they did not clip (their released ones were not summed by the screen,
+    which it does not do where ``drafter_tried``: see SUM_RELEASED_SHARE). ``drafter_tried``:
     r = q was tried before the levels (``_drafter_state``) and failed, and is not tried again."""
     summing = not drafter_tried
     bounds = (levels[0, 0], levels[0, 1], levels[0, 2], levels[0, 3])
     split, unsummed, low, high, laid_out = _screened(p, q, work, bounds, kind, alpha, summing)
-    screened = True  # the layout is the screen's, not settled anew by _rescreened
     for level in range(levels.shape[0]):
         clipped = (low[P_CLIP], high[P_CLIP])
         confirmed, hits, state, binding, q0, base = _walk_between(work, split, unsummed, low, high, bounds, eps, kind,
@@ -467,15 +463,10 @@ def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit, drafter
             break
         within = bounds
         bounds = _onward(bounds, hits, levels[level + 1])
-        # The search's layout is intact where a bound held it back (r = q was not tried in work);
-        # wider bounds take back tokens by the screen's own test, so only from its layout.
-        widens = bounds[0] < within[0] or bounds[3] > within[3]
-        if laid_out and hits.any() and (screened or not widens):
-            split, unsummed, low, high, laid_out = _rescreened(p, q, work, split, clipped, within, bounds)
-            screened = False
+        if laid_out and bounds[0] >= within[0] and bounds[3] <= within[3]:
+            split, unsummed, low, high, laid_out = _rescreened(work, split, clipped, bounds)
         else:
             split, unsummed, low, high, laid_out = _screened(p, q, work, bounds, kind, alpha, summing)
-            screened = True
     return False, state, binding, q0, base
 
 
@@ -540,24 +531,13 @@ def _screened(p, q, work, bounds, kind, alpha, summing):
 
 
 @kernel
-def _rescreened(p, q, work, split, clipped, within, bounds):
-    """``_screened``'s result for ``bounds`` from the tokens that the search between ``within``
-    left laid out in ``work``, and ``clipped``, the p-mass of each side's clipped group there,
-    without gathering those tokens again: settled anew (``_rescreen_side``), and where
-    ``bounds`` clip less (a lower a_lo or a higher b_hi), with the tokens that then come back
-    from the clipped groups (``screen.unclip``, one pass over the row) laid out after each
-    side's."""
+def _rescreened(work, split, clipped, bounds):
+    """``_screened``'s result for ``bounds`` that clip nothing that the bounds of the search
+    that left ``work`` did not (a_lo and b_hi no wider): the tokens it laid out there, and the
+    p-mass ``clipped`` of each side's clipped group, settled anew (``_rescreen_side``)."""
     a_lo, a_hi, b_lo, b_hi = bounds
     n_low, n_high = split[0], split[1]
     size = work.shape[1]
-    if a_lo < within[0] or b_hi > within[3]:
-        flags = flag_view(work[3], p.size)
-        p_clipped_low, p_clipped_high, back_low, back_high = unclip(p, q, within, bounds, flags)
-        middle = slice(n_low, size - n_high)  # free: the gather lays them out at its two ends
-        gather(p, q, flags, work[2].view(np.int64), work[0, middle], work[1, middle], back_low, back_high, 0, 0)
-        clipped = (p_clipped_low, p_clipped_high)
-        n_low += back_low
-        n_high += back_high
     scratch = work[2:]
     n_low, n_released_low, p_clipped_low, p_released_low, moved_released_low = _rescreen_side(
         work[0, :n_low], work[1, :n_low], 1.0, a_lo, a_hi, clipped[0], scratch, False)
