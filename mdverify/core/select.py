@@ -355,21 +355,41 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
             return True, state, binding, q0, base
     elif check and not row_valid(p, q, sum_tolerance(p)):
         return False, np.zeros(STATE_SIZE, np.float64), False, 0.0, 0.0
-    return (True,) + _search_all(p, q, eps, kind, alpha, work, slope_limit, work, split_sides(p, q, work[0], work[1]))
+    return (True,) + _search_all(p, q, eps, kind, alpha, work, slope_limit, work, p, q)
 
 
 @kernel
-def _search_all(p, q, eps, kind, alpha, work, slope_limit, sides, split):
-    """(state, binding, q0, base): the search, from nothing settled, of the row's tokens as
-    ``split`` laid them out in the workspace ``sides`` (``work`` itself, or the compacted
-    row's); then r = q where it ends at m_max an ulp over the budget (``_drafter_at_end``, on
-    the row itself, in ``work``)."""
-    low, high = _nothing_settled()
-    state, binding, q0, base, _ = _search(sides, split, (0, 0), low, high, eps, kind, alpha, slope_limit)
+def _search_all(p, q, eps, kind, alpha, work, slope_limit, sides, tokens_p, tokens_q):
+    """(state, binding, q0, base): the search, from nothing settled, of the tokens (``tokens_p``,
+    ``tokens_q``: the row, or its compacted form) laid out by ``split_sides`` in the workspace
+    ``sides`` (``work`` itself, or the compacted row's); then r = q where it ends at m_max an
+    ulp over the budget (``_drafter_at_end``, on the row itself, in ``work``). A state over the
+    budget by the rounding of its sums (the search's last decisions, summed in another order,
+    put it within) is searched again for a budget lower by those ulps, as the screen does
+    (``_screen_by_levels``), and lower again where that ends over too: the optimum moves
+    that little less mass."""
+    state, binding, q0, base = _search_laid_out(sides, tokens_p, tokens_q, eps, kind, alpha, slope_limit)
     found, drafter, drafter_q0, drafter_base = _drafter_at_end(p, q, eps, kind, alpha, slope_limit, work, state,
                                                                binding)
     if found:
         return drafter, False, drafter_q0, drafter_base
+    margin = max(4.0 * (state[D] - eps), _ENDS * eps)
+    for _ in range(3):  # sums in other orders differ by more on some rows: ten times lower each time
+        if not eps < state[D] <= eps * (1.0 + _MARGIN):
+            break
+        state, binding, q0, base = _search_laid_out(sides, tokens_p, tokens_q, eps - margin, kind, alpha,
+                                                    slope_limit)
+        margin *= 10.0
+    return state, binding, q0, base
+
+
+@kernel
+def _search_laid_out(sides, tokens_p, tokens_q, eps, kind, alpha, slope_limit):
+    """(state, binding, q0, base) of the search, from nothing settled, of tokens laid out in
+    ``sides`` by ``split_sides``."""
+    split = split_sides(tokens_p, tokens_q, sides[0], sides[1])
+    low, high = _nothing_settled()
+    state, binding, q0, base, _ = _search(sides, split, (0, 0), low, high, eps, kind, alpha, slope_limit)
     return state, binding, q0, base
 
 
@@ -397,18 +417,19 @@ def _compacted_search(p, q, eps, kind, alpha, work, slope_limit):
         return False, np.zeros(STATE_SIZE, np.float64), False, 0.0, 0.0
     kept = work[2].view(np.int64)
     flagged(flags, p.size, kept)
+    # Apart from the workspace, which r = q (``_drafter_at_end``) may need after the search.
+    compacted = np.empty((2, count + 2), np.float64)
     for j in range(count):
-        work[0, j] = p[kept[j]]
-        work[1, j] = q[kept[j]]
+        compacted[0, j] = p[kept[j]]
+        compacted[1, j] = q[kept[j]]
     m = count
     for p_merged, q_merged in ((zero, 0.0), (0.0, spilled)):
         if p_merged + q_merged > 0.0:
-            work[0, m] = p_merged
-            work[1, m] = q_merged
+            compacted[0, m] = p_merged
+            compacted[1, m] = q_merged
             m += 1
     sides = np.empty((4, m), np.float64)
-    split = split_sides(work[0, :m], work[1, :m], sides[0], sides[1])
-    return (True,) + _search_all(p, q, eps, kind, alpha, work, slope_limit, sides, split)
+    return (True,) + _search_all(p, q, eps, kind, alpha, work, slope_limit, sides, compacted[0, :m], compacted[1, :m])
 
 
 @kernel
@@ -707,8 +728,9 @@ def _ratio_order(keys):
     """The order that sorts ratios (>= 0, or nan, which comes last) ascending, ties by position.
     Sorted as integers, without argsort's indirection: each key's bits without the sign
     (-0 is 0; nan's sign varies), which order such floats as their values, with its position
-    in place of the lowest bits; keys equal but for those bits are then put in order by
-    insertion (a pass over keys nearly sorted)."""
+    in place of the lowest bits; a run of keys equal but for those bits is then put in order
+    by a stable sort of its own (ratios equal on the row come out of the sample's weights
+    an ulp apart, so such a run can hold most of the sample)."""
     width = 1
     while (1 << width) < keys.size:
         width += 1
@@ -721,12 +743,15 @@ def _ratio_order(keys):
     packed.sort()
     order = np.empty(keys.size, np.int64)
     for k in range(keys.size):
-        j = np.int64(packed[k] & low)
-        i = k
-        while i > 0 and keys[order[i - 1]] > keys[j]:
-            order[i] = order[i - 1]
-            i -= 1
-        order[i] = j
+        order[k] = np.int64(packed[k] & low)
+    start = 0
+    for k in range(1, keys.size + 1):
+        if k < keys.size and (packed[k] ^ packed[start]) <= low:
+            continue
+        if k - start > 1:  # positions ascending within the run: a stable sort keeps ties so
+            run = order[start:k].copy()
+            order[start:k] = run[np.argsort(keys[run], kind="mergesort")]
+        start = k
     return order
 
 
