@@ -215,7 +215,8 @@ def test_the_walk_and_the_search_find_the_same_sample_optimum(monkeypatch):
                     found.append((state[select.A], state[select.B], binding))
                 (a_walk, b_walk, walk_binds), (a_search, b_search, search_binds) = found
                 assert walk_binds == search_binds, (family, name, eps)
-                assert a_walk == pytest.approx(a_search, rel=1e-9, abs=1e-300), (family, name, eps)
+                # a = 1 - (moved mass) / (clipped p): near 0 it is known to an ulp of 1, not of itself.
+                assert a_walk == pytest.approx(a_search, rel=1e-9, abs=4 * 2.0 ** -52), (family, name, eps)
                 assert b_walk == pytest.approx(b_search, rel=1e-9), (family, name, eps)
                 cases += walk_binds
     assert cases >= 100  # most cases bind, where the thresholds are interior
