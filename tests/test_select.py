@@ -365,7 +365,10 @@ def test_budgets_just_below_the_drafter_budget_end_within_the_row_search(family)
     state is within the budget, and the optimum the sorted walk's within 1e-12. With sums
     rounded as AVX-512 rounds them, four of these five rows have such a budget (a row ends
     over at one of them without the lower budget); other vector widths round otherwise, so
-    what is asserted is what holds on any."""
+    what is asserted is what holds on any. The search of the whole row, which a screen that
+    confirms nothing hands the row to, searches again alike (up to ten and a hundred times
+    lower): it ends within too (it ended over on Zipf, strong drafter noise, jensen_shannon,
+    1e-12 below D, and on LLM-like, T = 0.7, hellinger, an ulp below D)."""
     from mdverify.bench.families import FAMILIES
     from mdverify.core import select
 
@@ -384,28 +387,8 @@ def test_budgets_just_below_the_drafter_budget_end_within_the_row_search(family)
             np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=1e-12, err_msg=where)
             np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12, err_msg=where)
             assert ours.divergence_value <= eps, where
-
-
-@pytest.mark.parametrize("family", ["LLM-like, T = 0.7", "Zipf, strong drafter noise", "near-identical pair"])
-def test_the_whole_row_search_ends_within_budgets_just_below_the_drafter_budget(family):
-    """The search of the whole row, which a screen that confirms nothing hands the row to, on
-    the same budgets a hair below D(q || p): where its end or crossing comes out over the
-    budget by the rounding of its sums (Zipf, strong drafter noise, jensen_shannon, 1e-12
-    below D, with AVX-512's rounding), it searches again for a budget lower by those ulps.
-    The state is within the budget and its moved mass the sorted walk's within 1e-12."""
-    from mdverify.bench.families import FAMILIES
-    from mdverify.core import select
-
-    k = list(FAMILIES).index(family)
-    p, q = FAMILIES[family](131072, np.random.default_rng(1000 + k))
-    work = np.empty((4, p.size))
-    for name in ("kl", "reverse_kl", "jensen_shannon", "hellinger", "tv"):
-        entry = md.divergence(name)
-        drafter = float(entry.value(q, p))
-        for eps in (np.nextafter(drafter, 0.0), drafter * (1 - 1e-12), drafter * (1 - 1e-6), drafter * (1 - 1e-3)):
-            where = f"{family}, {name}, D(q||p) - eps = {drafter - eps:.3g}"
-            state = select._search_all(p, q, eps, entry.kind, entry.param, work, np.inf, work, p, q)[0]
-            assert state[select.D] <= eps, where
-            ref = md.mentor(p, q, eps, entry, method="sorted")
+            whole = select._search_all(p, q, eps, entry.kind, entry.param, work, np.inf, work, p, q)[0]
+            assert whole[select.D] <= eps, where
             moved = float(np.maximum(p - ref.r, 0.0).sum())
-            assert state[select.M] == pytest.approx(moved, rel=0, abs=1e-12), where
+            assert whole[select.M] == pytest.approx(moved, rel=0, abs=1e-12), where
+
