@@ -185,15 +185,21 @@ def test_the_ratio_order_sorts_ratios_ties_by_position(m):
     np.testing.assert_array_equal(select._ratio_order(keys), np.argsort(keys, kind="stable"))
 
 
-def test_the_walk_and_the_search_find_the_same_sample_optimum(monkeypatch):
+def test_the_walk_the_jump_and_the_search_find_the_same_sample_optimum(monkeypatch):
     """``_sample_optimum`` walks to the sample's optimum within its first breakpoints and
-    searches beyond: both ways give the same thresholds (to rounding) and the same verdict on
-    the budget, over every row family, four divergences, budgets from 1e-4 to 10 and a price.
-    Run as Python with the walk's share patched, so that each way solves every case."""
+    beyond, from the state that ``walk.jump`` finds by bisection, within JUMP_STEPS steps
+    (its search then never runs); the search is what remains where that fails. All three
+    ways give the same thresholds (to rounding) and the same verdict on the budget, over
+    every row family, four divergences, budgets from 1e-4 to 10 and a price. Run as Python
+    with the walk's share and the jump's steps patched, so that each way solves every case."""
     from mdverify.bench.families import FAMILIES
     from mdverify.core import select
 
+    def no_search(*args):
+        raise AssertionError("the walk from the jump's state did not reach the optimum within JUMP_STEPS")
+
     optimum = select._sample_optimum.py_func
+    search = select._search
     cases = 0
     for k, (family, rows) in enumerate(FAMILIES.items()):
         p, q = (np.ascontiguousarray(x, dtype=np.float64) for x in rows(8192, np.random.default_rng(k)))
@@ -208,16 +214,20 @@ def test_the_walk_and_the_search_find_the_same_sample_optimum(monkeypatch):
             entry = md.divergence(name)
             for eps, slope_limit in [(eps, np.inf) for eps in (1e-4, 1e-2, 0.1, 1.0, 10.0)] + [(np.inf, 0.5)]:
                 found = []
-                for share in (1e-9, 1e9):  # walk to the end; search at once
+                # walk to the end; jump at once; search at once
+                for share, jump_steps, searcher in ((1e-9, 8, search), (1e9, 8, no_search), (1e9, -1, search)):
                     monkeypatch.setattr(select, "SAMPLE_WALK_SHARE", share)
+                    monkeypatch.setattr(select, "JUMP_STEPS", jump_steps)
+                    monkeypatch.setattr(select, "_search", searcher)
                     state, binding = optimum(ps, qs, order, sorted_keys, *sides, eps, entry.kind, entry.param,
                                              slope_limit)
                     found.append((state[select.A], state[select.B], binding))
-                (a_walk, b_walk, walk_binds), (a_search, b_search, search_binds) = found
-                assert walk_binds == search_binds, (family, name, eps)
-                # a = 1 - (moved mass) / (clipped p): near 0 it is known to an ulp of 1, not of itself.
-                assert a_walk == pytest.approx(a_search, rel=1e-9, abs=4 * 2.0 ** -52), (family, name, eps)
-                assert b_walk == pytest.approx(b_search, rel=1e-9), (family, name, eps)
+                (a_walk, b_walk, walk_binds) = found[0]
+                for a_other, b_other, other_binds in found[1:]:
+                    assert walk_binds == other_binds, (family, name, eps)
+                    # a = 1 - (moved mass) / (clipped p): near 0 it is known to an ulp of 1, not of itself.
+                    assert a_walk == pytest.approx(a_other, rel=1e-9, abs=4 * 2.0 ** -52), (family, name, eps)
+                    assert b_walk == pytest.approx(b_other, rel=1e-9), (family, name, eps)
                 cases += walk_binds
     assert cases >= 100  # most cases bind, where the thresholds are interior
 

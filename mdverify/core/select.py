@@ -48,8 +48,8 @@ from mdverify.core.terms import (CHUNK, divergence_of_terms, divergence_row, div
                                  sum_of_terms, sum_weighted_f_tilde, weighted_f_tilde)
 from mdverify.core.screen import (SLACK, flag_view, flagged, gather, inclusion, mark_both, mark_sample, screen,
                                   sum_released)
-from mdverify.core.walk import (A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, advance, initial_state, segment_point,
-                                solve_segment, solve_slope)
+from mdverify.core.walk import (A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, advance, initial_state, jump,
+                                segment_point, solve_segment, solve_slope)
 
 # Per-side bookkeeping. Arrays are laid out [clipped | undecided | released, not summed |
 # released, summed]: positions LO, HI, END; sums over those regions in a float64 vector.
@@ -73,10 +73,13 @@ SAMPLE_SIZE = 512
 SAMPLE_SHARE = 32
 SAMPLE_REACH = (8.0, 24.0, 64.0, np.inf)
 #: The sample's optimum is walked to (``walk.advance``, on the sample sorted for its bounds)
-#: through at most 1/SAMPLE_WALK_SHARE of its tokens' breakpoints, which costs about what
-#: the search does in all (a step about what it spends on four tokens), and searched for
-#: beyond: small budgets, crossed within a few breakpoints, cost a few steps.
+#: through at most 1/SAMPLE_WALK_SHARE of its tokens' breakpoints, and found by bisection
+#: beyond (``walk.jump``, whose pass of f~ over every token costs about what that many steps
+#: do): small budgets, crossed within a few breakpoints, cost a few steps.
 SAMPLE_WALK_SHARE = 4
+#: Steps of the walk from the bisection's state before the sample is searched instead (the
+#: sums' rounding put the state off by more than that: not observed).
+JUMP_STEPS = 8
 #: A long row on whose sample at most 1/SPARSE_SHARE of the tokens carry both p and q (a
 #: truncated target or drafter) is searched as its compacted form (``_compacted_search``): the
 #: search then costs about 20 ns a token it keeps, below the screen's passes up to this share.
@@ -376,7 +379,7 @@ def _search_all(p, q, eps, kind, alpha, work, slope_limit, sides, tokens_p, toke
                                                                binding)
     if found:
         return drafter, False, drafter_q0, drafter_base
-    margin = max(4.0 * (state[D] - eps), _ENDS * eps)
+    margin = _rounding_margin(state[D], eps)
     for _ in range(3):  # sums in other orders differ by more on some rows: ten times lower each time
         if not eps < state[D] <= eps * (1.0 + _MARGIN):
             break
@@ -384,6 +387,13 @@ def _search_all(p, q, eps, kind, alpha, work, slope_limit, sides, tokens_p, toke
                                                     slope_limit)
         margin *= 10.0
     return state, binding, q0, base
+
+
+@kernel
+def _rounding_margin(value, eps):
+    """How much lower a budget must be for a search whose end was ``value``, ulps over ``eps``
+    by the order of its sums, to end within it: four such overshoots, and at least _ENDS eps."""
+    return max(4.0 * (value - eps), _ENDS * eps)
 
 
 @kernel
@@ -471,6 +481,7 @@ def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit, drafter
                                                                            state, binding)
                 if found:
                     return True, drafter, False, drafter_q0, drafter_base
+                laid_out = False  # its pass over the row may have overwritten the tokens laid out
             if eps < state[D] <= eps * (1.0 + _MARGIN):
                 # Wider bounds would end there too: the last pivot found its point within the
                 # budget and the end, summed in another order, is ulps over. A budget lower by
@@ -478,7 +489,7 @@ def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit, drafter
                 # last segment, where the walk is exact; the optimum moves that little less
                 # mass. (Screened anew: the search updated the sums; the tokens stay the same.)
                 split, unsummed, low, high, laid_out = _screened(p, q, work, bounds, kind, alpha, summing)
-                lower = eps - max(4.0 * (state[D] - eps), _ENDS * eps)
+                lower = eps - _rounding_margin(state[D], eps)
                 confirmed, _, lower_state, lower_binding, lower_q0, lower_base = _walk_between(
                     work, split, unsummed, low, high, bounds, lower, kind, alpha, slope_limit)
                 if confirmed:
@@ -763,22 +774,29 @@ def _sample_optimum(ps, qs, order, sorted_keys, n_low, start_high, end_high, eps
     """(state, binding): the optimum of the sample's (weighted) p and q, given sorted by ratio
     (``order``, ``sorted_keys``: the low side [0, n_low), the high side [start_high,
     end_high), p = 0 beyond). The walk over that order finds it where it lies within the
-    first 1/SAMPLE_WALK_SHARE of the breakpoints, the search (whose cost does not depend on
-    where it lies) beyond."""
+    first 1/SAMPLE_WALK_SHARE of the breakpoints, the walk from the bisection's state
+    (``walk.jump``) beyond."""
     low_p = ps[order[:n_low]]
     high_p = ps[order[start_high:end_high]][::-1].copy()  # the walk's high side: rho descending
     high_rho = sorted_keys[start_high:end_high][::-1].copy()
     q0 = qs[order[end_high:]].sum()  # p = 0 (nan keys, p = q = 0, add nothing)
+    low_rho = sorted_keys[:n_low]
+    low_cum = _prefix_sums(low_p)
+    high_cum = _prefix_sums(high_p)
     state = initial_state(n_low, high_p.size)
     most = ps.size // SAMPLE_WALK_SHARE
-    binding, _, steps = advance(low_p, sorted_keys[:n_low], _prefix_sums(low_p), high_p, high_rho,
-                                _prefix_sums(high_p), q0, kind, alpha, eps, slope_limit, state,
-                                np.empty((0, STATE_SIZE), np.float64), most)
+    no_trace = np.empty((0, STATE_SIZE), np.float64)
+    binding, _, steps = advance(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps,
+                                slope_limit, state, no_trace, most)
     if steps > most:
-        work = np.empty((4, ps.size), np.float64)
-        low, high = _nothing_settled()
-        state, binding, _, _, _ = _search(work, split_sides(ps, qs, work[0], work[1]), (0, 0), low, high, eps, kind,
-                                          alpha, slope_limit)
+        state = jump(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps, slope_limit)
+        binding, _, steps = advance(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps,
+                                    slope_limit, state, no_trace, JUMP_STEPS)
+        if steps > JUMP_STEPS:  # not found where the bisection put it (its sums' rounding): searched
+            work = np.empty((4, ps.size), np.float64)
+            low, high = _nothing_settled()
+            state, binding, _, _, _ = _search(work, split_sides(ps, qs, work[0], work[1]), (0, 0), low, high, eps,
+                                              kind, alpha, slope_limit)
     return state, binding
 
 

@@ -14,11 +14,14 @@ budget is crossed in exactly one segment, where one scalar equation is solved.
 
 The walk state is a float64 vector (layout below) so that breakpoints can be recorded as
 rows of a trace and any later budget resumed from the nearest row (the O(log n) query).
+Where no trace is kept and the budget lies many breakpoints away, ``jump`` finds the state a
+step or two before it by bisection over sums of the released tokens instead.
 """
 
 import numpy as np
 
-from mdverify.core._fgen import f_prime_at_one, f_tilde, f_tilde_prime, f_tilde_prime_at_inf, segment_root
+from mdverify.core._fgen import (f_prime_at_one, f_tilde, f_tilde_prime, f_tilde_prime_at_inf, segment_root,
+                                 weighted_f_tilde_terms)
 from mdverify.core.jit import kernel
 from mdverify.core.terms import weighted_f_tilde
 
@@ -259,6 +262,130 @@ def advance(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha
         if step > 0.0 and rows < trace.shape[0]:
             trace[rows, :] = state
             rows += 1
+
+
+@kernel
+def jump(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps, slope_limit):
+    """A walk state from which ``advance`` reaches the stop of the budget ``eps`` and the marginal
+    cost ``slope_limit`` within a step or two: the later of the last breakpoints of each side
+    that the walk passes, found by bisection over sums of the released tokens (one
+    vectorised pass of f~ over each side) instead of walked to.
+
+    The state's sums are taken in another order than the walk's, so near the budget they may
+    differ from it by rounding: a state a breakpoint early costs a step, one just past the
+    stop a delta of about that rounding.
+    """
+    fill_open = q0 > 0.0 and f_tilde_prime_at_inf(kind, alpha) < np.inf
+    low_f, low_moved = _released_sums(kind, alpha, low_p, low_rho, 1.0)
+    high_f, high_moved = _released_sums(kind, alpha, high_p, high_rho, -1.0)
+    start = 0.0
+    for side in range(2):
+        # The breakpoints of one side, k tokens still clipped: moved mass falls as k grows
+        # (k = all: m = 0, within any budget). The least k whose mass is within the stop.
+        lo, hi = 0, low_rho.size if side == 0 else high_rho.size
+        while lo < hi:
+            k = (lo + hi) // 2
+            if side == 0:
+                m = _breakpoint_mass(low_rho, low_cum, low_moved, k, 1.0)
+            else:
+                m = _breakpoint_mass(high_rho, high_cum, high_moved, k, -1.0)
+            within = _point_at(m, low_rho, low_cum, low_f, low_moved, high_rho, high_cum, high_f, high_moved,
+                                  q0, fill_open, kind, alpha, eps, slope_limit)[0]
+            if within:
+                hi = k
+            else:
+                lo = k + 1
+        if side == 0:
+            start = max(start, _breakpoint_mass(low_rho, low_cum, low_moved, lo, 1.0))
+        else:
+            start = max(start, _breakpoint_mass(high_rho, high_cum, high_moved, lo, -1.0))
+    _, value, a, b, fill, k_low, k_high = _point_at(start, low_rho, low_cum, low_f, low_moved, high_rho, high_cum,
+                                                    high_f, high_moved, q0, fill_open, kind, alpha, eps, slope_limit)
+    # Tokens whose ratio the threshold has reached are released, as the walk's steps of zero
+    # length release those tied with it (n-gram rows tie thousands).
+    while k_low > 0 and low_rho[k_low - 1] >= a:
+        k_low -= 1
+    while k_high > 0 and high_rho[k_high - 1] <= b:
+        k_high -= 1
+    state = initial_state(k_low, k_high)
+    state[D] = value
+    state[M] = start
+    state[A] = a
+    state[B] = b
+    state[FILL] = fill
+    state[F_LOW] = low_f[k_low]
+    state[F_HIGH] = high_f[k_high]
+    return state
+
+
+@kernel
+def _released_sums(kind, alpha, weight, rho, s):
+    """(f, moved): f[k] the sum of weight f~(rho) and moved[k] that of the mass moved,
+    weight s (1 - rho), over tokens k and after: the tokens released while k stay clipped.
+    Summed from the last token, as the walk adds them."""
+    f = np.empty(rho.size + 1, np.float64)
+    weighted_f_tilde_terms(kind, alpha, rho, weight, 1.0, 0, rho.size, f)  # each token's term, summed below
+    f[rho.size] = 0.0
+    moved = np.empty(rho.size + 1, np.float64)
+    moved[rho.size] = 0.0
+    for k in range(rho.size - 1, -1, -1):
+        f[k] += f[k + 1]
+        moved[k] = moved[k + 1] + weight[k] * (s * (1.0 - rho[k]))
+    return f, moved
+
+
+@kernel(borrow=True)
+def _breakpoint_mass(rho, cum, moved, k, s):
+    """The mass moved on one side where its threshold reaches token k's ratio, tokens [0, k)
+    clipped (k = all: ratio 1, nothing moved)."""
+    threshold = rho[k] if k < rho.size else 1.0
+    return moved[k] + s * (1.0 - threshold) * cum[k]
+
+
+@kernel(borrow=True)
+def _side_at(m, rho, cum, moved, s):
+    """(k, threshold, excess) of one side at moved mass m: k tokens clipped, the threshold
+    between their ratios, and the mass beyond the side's capacity (k = 0, every token released)."""
+    lo, hi = 0, rho.size  # the least k whose breakpoint's mass is at most m
+    while lo < hi:
+        k = (lo + hi) // 2
+        if _breakpoint_mass(rho, cum, moved, k, s) <= m:
+            hi = k
+        else:
+            lo = k + 1
+    if lo == 0:
+        return 0, (rho[0] if rho.size > 0 else 1.0), max(m - moved[0], 0.0)
+    end = rho[lo] if lo < rho.size else 1.0
+    threshold = 1.0 - s * (m - moved[lo]) / cum[lo] if cum[lo] > 0.0 else end
+    if s > 0.0:
+        threshold = min(max(threshold, rho[lo - 1]), end)
+    else:
+        threshold = min(max(threshold, end), rho[lo - 1])
+    return lo, threshold, 0.0
+
+
+@kernel(borrow=True)
+def _point_at(m, low_rho, low_cum, low_f, low_moved, high_rho, high_cum, high_f, high_moved, q0, fill_open, kind,
+              alpha, eps, slope_limit):
+    """(within, D, a, b, fill, k_low, k_high): the walk's point at moved mass m (see ``jump``),
+    and whether m is reachable and D and dD/dm there are within ``eps`` and ``slope_limit``."""
+    k_low, a, beyond = _side_at(m, low_rho, low_cum, low_moved, 1.0)
+    k_high, b, fill = _side_at(m, high_rho, high_cum, high_moved, -1.0)
+    value = low_f[k_low] + high_f[k_high]
+    if k_low > 0:
+        value += weighted_f_tilde(kind, alpha, low_cum[k_low], a)
+    if k_high > 0:
+        value += weighted_f_tilde(kind, alpha, high_cum[k_high], b)
+        high_slope = f_tilde_prime(kind, alpha, b)
+    else:
+        high_slope = f_tilde_prime_at_inf(kind, alpha)
+        if fill > 0.0:
+            value += high_slope * fill
+    reachable = beyond == 0.0 and (fill == 0.0 or (fill_open and fill <= q0))
+    within = reachable and value <= eps
+    if within and slope_limit < np.inf:
+        within = high_slope - f_tilde_prime(kind, alpha, a) <= slope_limit
+    return within, value, a, b, fill, k_low, k_high
 
 
 @kernel
