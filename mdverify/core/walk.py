@@ -278,29 +278,19 @@ def jump(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, e
     fill_open = q0 > 0.0 and f_tilde_prime_at_inf(kind, alpha) < np.inf
     low_f, low_moved = _released_sums(kind, alpha, low_p, low_rho, 1.0)
     high_f, high_moved = _released_sums(kind, alpha, high_p, high_rho, -1.0)
-    start = 0.0
-    for side in range(2):
-        # The breakpoints of one side, k tokens still clipped: moved mass falls as k grows
-        # (k = all: m = 0, within any budget). The least k whose mass is within the stop.
-        lo, hi = 0, low_rho.size if side == 0 else high_rho.size
-        while lo < hi:
-            k = (lo + hi) // 2
-            if side == 0:
-                m = _breakpoint_mass(low_rho, low_cum, low_moved, k, 1.0)
-            else:
-                m = _breakpoint_mass(high_rho, high_cum, high_moved, k, -1.0)
-            within = _point_at(m, low_rho, low_cum, low_f, low_moved, high_rho, high_cum, high_f, high_moved,
-                                  q0, fill_open, kind, alpha, eps, slope_limit)[0]
-            if within:
-                hi = k
-            else:
-                lo = k + 1
-        if side == 0:
-            start = max(start, _breakpoint_mass(low_rho, low_cum, low_moved, lo, 1.0))
-        else:
-            start = max(start, _breakpoint_mass(high_rho, high_cum, high_moved, lo, -1.0))
-    _, value, a, b, fill, k_low, k_high = _point_at(start, low_rho, low_cum, low_f, low_moved, high_rho, high_cum,
-                                                    high_f, high_moved, q0, fill_open, kind, alpha, eps, slope_limit)
+    low_start, k_low = _last_within(low_rho, low_cum, low_f, low_moved, high_rho, high_cum, high_f, high_moved, 1.0,
+                                    q0, fill_open, kind, alpha, eps, slope_limit)
+    high_start, k_high = _last_within(high_rho, high_cum, high_f, high_moved, low_rho, low_cum, low_f, low_moved,
+                                      -1.0, q0, fill_open, kind, alpha, eps, slope_limit)
+    # The later breakpoint's side is known exactly (its threshold is a ratio); the other is located.
+    start = max(low_start, high_start)
+    if low_start >= high_start:
+        a = low_rho[k_low] if k_low < low_rho.size else 1.0
+        k_high, b, fill = _side_at(start, high_rho, high_cum, high_moved, -1.0, 0, high_rho.size)
+    else:
+        b = high_rho[k_high] if k_high < high_rho.size else 1.0
+        fill = 0.0
+        k_low, a, _ = _side_at(start, low_rho, low_cum, low_moved, 1.0, 0, low_rho.size)
     # Tokens whose ratio the threshold has reached are released, as the walk's steps of zero
     # length release those tied with it (n-gram rows tie thousands).
     while k_low > 0 and low_rho[k_low - 1] >= a:
@@ -308,7 +298,7 @@ def jump(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, e
     while k_high > 0 and high_rho[k_high - 1] <= b:
         k_high -= 1
     state = initial_state(k_low, k_high)
-    state[D] = value
+    state[D] = _point_value(k_low, a, k_high, b, fill, low_cum, low_f, high_cum, high_f, kind, alpha)[0]
     state[M] = start
     state[A] = a
     state[B] = b
@@ -343,11 +333,11 @@ def _breakpoint_mass(rho, cum, moved, k, s):
 
 
 @kernel(borrow=True)
-def _side_at(m, rho, cum, moved, s):
-    """(k, threshold, excess) of one side at moved mass m: k tokens clipped, the threshold
-    between their ratios, and the mass beyond the side's capacity (k = 0, every token released)."""
-    lo, hi = 0, rho.size  # the least k whose breakpoint's mass is at most m
-    while lo < hi:
+def _side_at(m, rho, cum, moved, s, lo, hi):
+    """(k, threshold, excess) of one side at moved mass m: k tokens clipped (sought in [lo,
+    hi]), the threshold between their ratios, and the mass beyond the side's capacity (k = 0,
+    every token released)."""
+    while lo < hi:  # the least k whose breakpoint's mass is at most m
         k = (lo + hi) // 2
         if _breakpoint_mass(rho, cum, moved, k, s) <= m:
             hi = k
@@ -365,12 +355,9 @@ def _side_at(m, rho, cum, moved, s):
 
 
 @kernel(borrow=True)
-def _point_at(m, low_rho, low_cum, low_f, low_moved, high_rho, high_cum, high_f, high_moved, q0, fill_open, kind,
-              alpha, eps, slope_limit):
-    """(within, D, a, b, fill, k_low, k_high): the walk's point at moved mass m (see ``jump``),
-    and whether m is reachable and D and dD/dm there are within ``eps`` and ``slope_limit``."""
-    k_low, a, beyond = _side_at(m, low_rho, low_cum, low_moved, 1.0)
-    k_high, b, fill = _side_at(m, high_rho, high_cum, high_moved, -1.0)
+def _point_value(k_low, a, k_high, b, fill, low_cum, low_f, high_cum, high_f, kind, alpha):
+    """(D, dD/dm) of the walk at thresholds a and b with k_low and k_high tokens clipped and
+    ``fill`` moved onto tokens with p = 0."""
     value = low_f[k_low] + high_f[k_high]
     if k_low > 0:
         value += weighted_f_tilde(kind, alpha, low_cum[k_low], a)
@@ -381,11 +368,38 @@ def _point_at(m, low_rho, low_cum, low_f, low_moved, high_rho, high_cum, high_f,
         high_slope = f_tilde_prime_at_inf(kind, alpha)
         if fill > 0.0:
             value += high_slope * fill
-    reachable = beyond == 0.0 and (fill == 0.0 or (fill_open and fill <= q0))
-    within = reachable and value <= eps
-    if within and slope_limit < np.inf:
-        within = high_slope - f_tilde_prime(kind, alpha, a) <= slope_limit
-    return within, value, a, b, fill, k_low, k_high
+    return value, high_slope - f_tilde_prime(kind, alpha, a)
+
+
+@kernel(borrow=True)
+def _last_within(rho, cum, f, moved, other_rho, other_cum, other_f, other_moved, s, q0, fill_open, kind, alpha, eps,
+                 slope_limit):
+    """(m, k): the moved mass of the last breakpoint of one side (s = 1: low, -1: high) that is
+    reachable with D and dD/dm within ``eps`` and ``slope_limit``, and the k tokens it leaves
+    clipped. Bisection over k (moved mass falls as k grows; k = all: m = 0, within any
+    budget), the other side located at each mass within the bracket the masses tried leave it."""
+    lo, hi = 0, rho.size
+    other_lo, other_hi = 0, other_rho.size
+    while lo < hi:
+        k = (lo + hi) // 2
+        m = _breakpoint_mass(rho, cum, moved, k, s)
+        threshold = rho[k] if k < rho.size else 1.0
+        j, other_threshold, excess = _side_at(m, other_rho, other_cum, other_moved, -s, other_lo, other_hi)
+        if s > 0.0:
+            value, slope = _point_value(k, threshold, j, other_threshold, excess, cum, f, other_cum, other_f, kind,
+                                        alpha)
+            reachable = excess == 0.0 or (fill_open and excess <= q0)
+        else:
+            value, slope = _point_value(j, other_threshold, k, threshold, 0.0, other_cum, other_f, cum, f, kind,
+                                        alpha)
+            reachable = excess == 0.0
+        if reachable and value <= eps and (slope_limit == np.inf or slope <= slope_limit):
+            hi = k
+            other_hi = j  # more mass: the other side's k no greater
+        else:
+            lo = k + 1
+            other_lo = j
+    return _breakpoint_mass(rho, cum, moved, lo, s), lo
 
 
 @kernel
