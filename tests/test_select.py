@@ -199,7 +199,7 @@ def test_the_walk_the_jump_and_the_search_find_the_same_sample_optimum(monkeypat
         raise AssertionError("the walk from the jump's state did not reach the optimum within JUMP_STEPS")
 
     optimum = select._sample_optimum.py_func
-    search = select._search
+    search = select._search_laid_out
     cases = 0
     for k, (family, rows) in enumerate(FAMILIES.items()):
         p, q = (np.ascontiguousarray(x, dtype=np.float64) for x in rows(8192, np.random.default_rng(k)))
@@ -218,7 +218,7 @@ def test_the_walk_the_jump_and_the_search_find_the_same_sample_optimum(monkeypat
                 for share, jump_steps, searcher in ((1e-9, 8, search), (1e9, 8, no_search), (1e9, -1, search)):
                     monkeypatch.setattr(select, "SAMPLE_WALK_SHARE", share)
                     monkeypatch.setattr(select, "JUMP_STEPS", jump_steps)
-                    monkeypatch.setattr(select, "_search", searcher)
+                    monkeypatch.setattr(select, "_search_laid_out", searcher)
                     state, binding = optimum(ps, qs, order, sorted_keys, *sides, eps, entry.kind, entry.param,
                                              slope_limit)
                     found.append((state[select.A], state[select.B], binding))

@@ -793,10 +793,8 @@ def _sample_optimum(ps, qs, order, sorted_keys, n_low, start_high, end_high, eps
         binding, _, steps = advance(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps,
                                     slope_limit, state, no_trace, JUMP_STEPS)
         if steps > JUMP_STEPS:  # not found where the bisection put it (its sums' rounding): searched
-            work = np.empty((4, ps.size), np.float64)
-            low, high = _nothing_settled()
-            state, binding, _, _, _ = _search(work, split_sides(ps, qs, work[0], work[1]), (0, 0), low, high, eps,
-                                              kind, alpha, slope_limit)
+            state, binding, _, _ = _search_laid_out(np.empty((4, ps.size), np.float64), ps, qs, eps, kind, alpha,
+                                                    slope_limit)
     return state, binding
 
 
