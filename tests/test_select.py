@@ -232,6 +232,25 @@ def test_the_walk_the_jump_and_the_search_find_the_same_sample_optimum(monkeypat
     assert cases >= 100  # most cases bind, where the thresholds are interior
 
 
+def test_the_jump_takes_a_term_whose_f_overflows_as_the_walk_does():
+    """A token of tiny p and huge ratio: f~ overflows where p f~ does not (here 0.5 log(5e305)).
+    The jump's sums take such a term as the walk does, so that its state's D is finite and the
+    walk's from it, and ``walk.walk_or_jump`` stops where the walk from zero does."""
+    from mdverify.core import walk
+    from mdverify.core.index import build_index
+
+    index = build_index(np.array([0.5, 0.5 - 1e-306, 1e-306]), np.array([0.2, 0.3, 0.5]))
+    entry = md.divergence("kl")
+    for eps in (300.0, 1000.0, np.inf):
+        state = walk.initial_state(index[0].size, index[3].size)
+        binding, _, _ = walk.walk(*index[:7], entry.kind, entry.param, eps, state, np.empty((0, walk.STATE_SIZE)))
+        found, jumped, jump_binds = walk.walk_or_jump(*index[:7], entry.kind, entry.param, eps, np.inf, 0,
+                                                      walk.JUMP_STEPS)
+        assert found and jump_binds == binding, eps
+        assert jumped[walk.D] == pytest.approx(state[walk.D], rel=1e-12), eps
+        assert jumped[walk.M] == pytest.approx(state[walk.M], rel=1e-12), eps
+
+
 @pytest.mark.parametrize("family", ["LLM-like, T = 0.7", "Zipf, weak drafter noise", "unrelated drafter",
                                     "near-identical pair"])
 def test_the_one_pass_drafter_sums_are_the_compacted_ones(family):

@@ -48,8 +48,8 @@ from mdverify.core.terms import (CHUNK, divergence_of_terms, divergence_row, div
                                  sum_of_terms, sum_weighted_f_tilde, weighted_f_tilde)
 from mdverify.core.screen import (SLACK, flag_view, flagged, gather, inclusion, mark_both, mark_sample, screen,
                                   sum_released)
-from mdverify.core.walk import (A, B, D, FILL, K_HIGH, K_LOW, M, STATE_SIZE, advance, initial_state, jump,
-                                segment_point, solve_segment, solve_slope)
+from mdverify.core.walk import (A, B, D, FILL, JUMP_STEPS, K_HIGH, K_LOW, M, STATE_SIZE, segment_point, solve_segment,
+                                solve_slope, walk_or_jump)
 
 # Per-side bookkeeping. Arrays are laid out [clipped | undecided | released, not summed |
 # released, summed]: positions LO, HI, END; sums over those regions in a float64 vector.
@@ -77,9 +77,6 @@ SAMPLE_REACH = (8.0, 24.0, 64.0, np.inf)
 #: beyond (``walk.jump``, whose pass of f~ over every token costs about what that many steps
 #: do): small budgets, crossed within a few breakpoints, cost a few steps.
 SAMPLE_WALK_SHARE = 4
-#: Steps of the walk from the bisection's state before the sample is searched instead (the
-#: sums' rounding put the state off by more than that: not observed).
-JUMP_STEPS = 8
 #: A long row on whose sample at most 1/SPARSE_SHARE of the tokens carry both p and q (a
 #: truncated target or drafter) is searched as its compacted form (``_compacted_search``): the
 #: search then costs about 20 ns a token it keeps, below the screen's passes up to this share.
@@ -783,18 +780,11 @@ def _sample_optimum(ps, qs, order, sorted_keys, n_low, start_high, end_high, eps
     low_rho = sorted_keys[:n_low]
     low_cum = _prefix_sums(low_p)
     high_cum = _prefix_sums(high_p)
-    state = initial_state(n_low, high_p.size)
-    most = ps.size // SAMPLE_WALK_SHARE
-    no_trace = np.empty((0, STATE_SIZE), np.float64)
-    binding, _, steps = advance(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps,
-                                slope_limit, state, no_trace, most)
-    if steps > most:
-        state = jump(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps, slope_limit)
-        binding, _, steps = advance(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps,
-                                    slope_limit, state, no_trace, JUMP_STEPS)
-        if steps > JUMP_STEPS:  # not found where the bisection put it (its sums' rounding): searched
-            state, binding, _, _ = _search_laid_out(np.empty((4, ps.size), np.float64), ps, qs, eps, kind, alpha,
-                                                    slope_limit)
+    found, state, binding = walk_or_jump(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps,
+                                         slope_limit, ps.size // SAMPLE_WALK_SHARE, JUMP_STEPS)
+    if not found:
+        state, binding, _, _ = _search_laid_out(np.empty((4, ps.size), np.float64), ps, qs, eps, kind, alpha,
+                                                slope_limit)
     return state, binding
 
 

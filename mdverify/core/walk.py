@@ -30,6 +30,9 @@ D, M, A, B, FILL, F_LOW, F_HIGH, K_LOW, K_HIGH = range(9)
 STATE_SIZE = 9
 #: ``advance``'s max_steps for a walk to its end.
 UNLIMITED = 2 ** 62
+#: Steps of the walk from ``jump``'s state within which ``walk_or_jump`` must reach the stop
+#: (the jump's sums, rounded, put its state off by more: not observed; at most 2 were needed).
+JUMP_STEPS = 8
 
 
 @kernel
@@ -265,6 +268,25 @@ def advance(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha
 
 
 @kernel
+def walk_or_jump(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps, slope_limit, walked,
+                 jump_steps):
+    """(found, state, binding): ``advance``'s stop from nothing moved, walked to where it lies
+    within ``walked`` steps, else reached within ``jump_steps`` steps from ``jump``'s state.
+    ``found`` is False where that fails (the jump's sums, rounded, put its state off by more:
+    the caller then walks or searches); nothing else is meaningful then."""
+    no_trace = np.empty((0, STATE_SIZE), np.float64)
+    state = initial_state(low_p.size, high_p.size)
+    binding, _, steps = advance(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps,
+                                slope_limit, state, no_trace, walked)
+    if steps <= walked:
+        return True, state, binding
+    state = jump(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps, slope_limit)
+    binding, _, steps = advance(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps,
+                                slope_limit, state, no_trace, jump_steps)
+    return steps <= jump_steps, state, binding
+
+
+@kernel
 def jump(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps, slope_limit):
     """A walk state from which ``advance`` reaches the stop of the budget ``eps`` and the marginal
     cost ``slope_limit`` within a step or two: the later of the last breakpoints of each side
@@ -312,13 +334,15 @@ def jump(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, e
 def _released_sums(kind, alpha, weight, rho, s):
     """(f, moved): f[k] the sum of weight f~(rho) and moved[k] that of the mass moved,
     weight s (1 - rho), over tokens k and after: the tokens released while k stay clipped.
-    Summed from the last token, as the walk adds them."""
+    Summed from the last token, as the walk adds them, each term as the walk takes it."""
     f = np.empty(rho.size + 1, np.float64)
     weighted_f_tilde_terms(kind, alpha, rho, weight, 1.0, 0, rho.size, f)  # each token's term, summed below
     f[rho.size] = 0.0
     moved = np.empty(rho.size + 1, np.float64)
     moved[rho.size] = 0.0
     for k in range(rho.size - 1, -1, -1):
+        if not f[k] < np.inf:  # f~ overflowed where weight f~ does not (tiny weight): the walk's term
+            f[k] = weighted_f_tilde(kind, alpha, weight[k], rho[k])
         f[k] += f[k + 1]
         moved[k] = moved[k + 1] + weight[k] * (s * (1.0 - rho[k]))
     return f, moved
