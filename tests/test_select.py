@@ -234,8 +234,8 @@ def test_the_walk_the_jump_and_the_search_find_the_same_sample_optimum(monkeypat
 
 def test_the_jump_takes_a_term_whose_f_overflows_as_the_walk_does():
     """A token of tiny p and huge ratio: f~ overflows where p f~ does not (here 0.5 log(5e305)).
-    The jump's sums take such a term as the walk does, so that its state's D is finite and the
-    walk's from it, and ``walk.walk_or_jump`` stops where the walk from zero does."""
+    The jump's sums take such a term as the walk does, so that D at the jump's state is finite
+    and ``walk.walk_or_jump`` stops where the walk from zero does."""
     from mdverify.core import walk
     from mdverify.core.index import build_index
 
