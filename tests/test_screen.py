@@ -308,6 +308,40 @@ def test_long_rows_of_every_family_match_sorted(entry):
         _assert_select_matches_sorted(P, Q, entry, label, (1e-5, 0.05, 2.0))
 
 
+def _tied_row(where, n=6000):
+    """A row most of whose tokens share one ratio, as a smoothed model's do: the target mixes a
+    sparse model with the drafter, so every token off the sparse model's 50 has q/p = 1 / 0.4
+    (the tie tops the high side); the same with the roles swapped (it is the low side's
+    bottom); or the drafter a multiple 0.7 of the target, up to normalisation, on 80% of the
+    tokens (the tie lies among the others' ratios). Ratios in a tie differ by rounding only."""
+    rng = np.random.default_rng(17)
+    unigram = 1.0 / np.arange(1, n + 1) ** 1.1
+    unigram /= unigram.sum()
+    sparse = np.zeros(n)
+    sparse[rng.choice(n, 50, replace=False)] = rng.dirichlet(np.ones(50))
+    if where == "middle":
+        scale = np.where(rng.random(n) < 0.8, 0.7, rng.uniform(0.1, 3.0, n))
+        return unigram, unigram * scale / np.sum(unigram * scale)
+    mixed = 0.6 * sparse + 0.4 * unigram
+    return (mixed, unigram) if where == "high" else (unigram, mixed)
+
+
+@pytest.mark.parametrize("where", ["high", "low", "middle"])
+def test_rows_of_tied_ratios_are_settled_by_the_screen_and_match_sorted(entry, where):
+    """Where a tie of most of the row's tokens lies beyond the sample's estimated threshold,
+    the first bounds settle it (``select._reach``), leaving the search the few other tokens;
+    and the solver gives the sorted walk's optimum, the tie on either side of a threshold."""
+    p, q = _tied_row(where)
+    work = np.empty((4, p.size))
+    _, _, tokens, ps, qs = select._sample(p, q, work, False)
+    for eps in (1e-3, 0.05):
+        levels, _ = select._sample_bounds(p.size, tokens, ps, qs, eps, entry.kind, entry.param, np.inf)
+        kept = screen.screen(p, q, tuple(levels[0]), screen.flag_view(work[3], p.size))[10:12]
+        if where != "middle":
+            assert sum(kept) < p.size / 10, (eps, kept)
+    _assert_select_matches_sorted(p, q, entry, where, (1e-4, 1e-3, 0.05, 1.0))
+
+
 def _assert_select_matches_sorted(p, q, entry, label, budgets, prices=(0.3, 10.0, 1e4)):
     """The sort-free solver gives the sorted walk's optimum (acceptance and r to 1e-12, and for
     prices the same multiplier) at each budget and price."""

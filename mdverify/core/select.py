@@ -99,6 +99,9 @@ _MARGIN = 1e-12
 #: Relative distance within which two moved masses summed in different orders are equal.
 _ENDS = 1e-14
 _LEAST_NORMAL = 2.0 ** -1022
+#: Relative distance within which sample keys count as tied (``_reach``): ratios equal on the
+#: row come out of the sample's weights a few ulps apart; four times the screen's SLACK.
+_TIED = 4.0 * SLACK
 
 
 @kernel
@@ -970,7 +973,9 @@ def _padded_from(p, q, first):
 def _reach(keys, tokens, t, floor, ceiling, reach):
     """The keys nearest below and above ``t`` beyond which the sample tokens (sorted by key)
     stand for ``reach`` row tokens on that side of t; ``floor`` and ``ceiling`` where they
-    stand for fewer."""
+    stand for fewer. A bound that falls on a run of tied keys (``_tie_end``) is moved past the
+    run's far end from t, so that the screen settles the whole run rather than leave it to the
+    search: smoothed models give most of a row one ratio."""
     split = np.searchsorted(keys, t)  # keys[:split] < t <= keys[split:]
     below = floor
     count = 0.0
@@ -980,6 +985,9 @@ def _reach(keys, tokens, t, floor, ceiling, reach):
             # Ratio 0 (q = 0: truncated drafters) lies below any threshold t > 0 but below no
             # bound 0: the least normal float is a bound that the screen can settle them by.
             below = keys[j] if keys[j] > 0.0 or t <= _LEAST_NORMAL else _LEAST_NORMAL
+            end = _tie_end(keys, j, 1, split)
+            if keys[j] > 0.0 and end >= 0 and keys[end] * (1.0 + _TIED) < t:
+                below = keys[end] * (1.0 + _TIED)
             break
     above = ceiling
     count = 0.0
@@ -987,8 +995,29 @@ def _reach(keys, tokens, t, floor, ceiling, reach):
         count += tokens[j] if keys[j] > t else 0.0
         if count >= reach:
             above = keys[j]
+            start = _tie_end(keys, j, -1, split)
+            if start >= 0 and keys[start] * (1.0 - _TIED) > t:
+                above = keys[start] * (1.0 - _TIED)
             break
     return below, above
+
+
+@kernel(borrow=True)
+def _tie_end(keys, j, step, split):
+    """The last index, from j in direction ``step`` (+1 towards t from below, -1 towards t from
+    above; not past ``split``), of the run of sorted keys tied with keys[j], each within
+    relative _TIED of the next; -1 where no other key is tied with keys[j]."""
+    end = j
+    while (end + step < split if step > 0 else end + step >= split) and _tied(keys[end], keys[end + step]):
+        end += step
+    tied = end != j or (0 <= j - step < keys.size and _tied(keys[j], keys[j - step]))
+    return end if tied else -1
+
+
+@kernel
+def _tied(x, y):
+    """Whether two sample keys are equal up to the rounding of the sample's weights."""
+    return abs(x - y) <= _TIED * max(x, y)
 
 
 @kernel(borrow=True)
