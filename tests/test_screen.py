@@ -330,7 +330,8 @@ def _tied_row(where, n=6000):
 def test_rows_of_tied_ratios_are_settled_by_the_screen_and_match_sorted(entry, where):
     """Where a tie of most of the row's tokens lies beyond the sample's estimated threshold,
     the first bounds settle it (``select._reach``), leaving the search the few other tokens;
-    and the solver gives the sorted walk's optimum, the tie on either side of a threshold."""
+    every level's bounds still lie within the next one's; and the solver gives the sorted
+    walk's optimum, the tie on either side of a threshold."""
     p, q = _tied_row(where)
     work = np.empty((4, p.size))
     _, _, tokens, ps, qs = select._sample(p, q, work, False)
@@ -339,6 +340,8 @@ def test_rows_of_tied_ratios_are_settled_by_the_screen_and_match_sorted(entry, w
         kept = screen.screen(p, q, tuple(levels[0]), screen.flag_view(work[3], p.size))[10:12]
         if where != "middle":
             assert sum(kept) < p.size / 10, (eps, kept)
+        # Each level's bounds lie within the next one's.
+        assert (levels[1:, [0, 2]] <= levels[:-1, [0, 2]]).all() and (levels[1:, [1, 3]] >= levels[:-1, [1, 3]]).all()
     _assert_select_matches_sorted(p, q, entry, where, (1e-4, 1e-3, 0.05, 1.0))
 
 

@@ -973,9 +973,10 @@ def _padded_from(p, q, first):
 def _reach(keys, tokens, t, floor, ceiling, reach):
     """The keys nearest below and above ``t`` beyond which the sample tokens (sorted by key)
     stand for ``reach`` row tokens on that side of t; ``floor`` and ``ceiling`` where they
-    stand for fewer. A bound that falls on a run of tied keys (``_tie_end``) is moved past the
-    run's far end from t, so that the screen settles the whole run rather than leave it to the
-    search: smoothed models give most of a row one ratio."""
+    stand for fewer. A bound that falls on a run of tied keys (``_tie_end``) is moved to just
+    beyond the run's end nearest t, so that the screen settles the whole run rather than leave it
+    to the search (smoothed models give most of a row one ratio): a wider reach still gives a
+    bound no nearer t."""
     split = np.searchsorted(keys, t)  # keys[:split] < t <= keys[split:]
     below = floor
     count = 0.0
