@@ -73,8 +73,9 @@ def test_arbitrary_input_raises_value_error_or_succeeds(p, q, eps):
 
 @st.composite
 def long_rows(draw):
-    """Rows long enough to be screened (select.SAMPLE_FROM): LLM-like, or a short pattern of
-    atoms repeated (ties, zeros and 1e-300 tails in bulk), with a random dtype."""
+    """Rows long enough to be screened (select.SAMPLE_FROM): LLM-like, a smoothed model's (one
+    side a mixture of a sparse model and the other: a tie of most tokens), or a short pattern
+    of atoms repeated (ties, zeros and 1e-300 tails in bulk), with a random dtype."""
     from mdverify.core.select import SAMPLE_FROM
     from mdverify.workloads import llm_rows
 
@@ -84,6 +85,15 @@ def long_rows(draw):
         truncate = draw(st.sampled_from([None, "top_k", "top_p", "both"]))
         P, Q = llm_rows(n, 1, seed=draw(st.integers(0, 10**6)), truncate=truncate, dtype=dtype)
         return P[0], Q[0]
+    if draw(st.booleans()):
+        rng = np.random.default_rng(draw(st.integers(0, 10**6)))
+        base = rng.dirichlet(np.full(n, draw(st.sampled_from([0.05, 1.0]))))
+        sparse = np.zeros(n)
+        sparse[rng.choice(n, draw(st.integers(1, 200)), replace=False)] = 1.0
+        smoothing = draw(st.floats(0.01, 0.99))
+        mixed = (1.0 - smoothing) * sparse / sparse.sum() + smoothing * base
+        rows = (mixed, base) if draw(st.booleans()) else (base, mixed)
+        return rows[0].astype(dtype), rows[1].astype(dtype)
     pattern = draw(hnp.arrays(np.float64, (2, draw(st.integers(2, 12))), elements=ATOMS))
     pattern[:, 0] += 1.0  # no all-zero row
     rows = np.resize(pattern, (2, n)) * np.random.default_rng(draw(st.integers(0, 10))).uniform(0.5, 1.5, (2, n)) ** draw(
