@@ -102,7 +102,7 @@ def test_gather_lays_out_each_side_undecided_first_then_released(dense, monkeypa
         work = np.full((4, n), np.nan)
         flags = screen.flag_view(work[3], n)
         n_low, n_high, n_released_low, n_released_high = screen.screen(p, q, bounds, flags)[10:]
-        gather(p, q, flags, work[2].view(np.int64), work[0], work[1], n_low, n_high, n_released_low, n_released_high)
+        gather(p, q, flags, work[0], work[1], n_low, n_high, n_released_low, n_released_high)
         expected = flags[:n].copy()
         rho = _ratios(p, q)[0]
         groups = {flag: np.flatnonzero(expected == flag) for flag in (screen.KEPT_LOW, screen.RELEASED_LOW,
@@ -135,7 +135,7 @@ def test_released_tokens_summed_in_place_are_the_sums_of_their_terms(name):
             released = before >= screen.RELEASED_LOW
             np.testing.assert_array_equal(flags[:n], np.where(released, screen.SETTLED, before), err_msg=label)
             flags[:n] = before
-            screen.gather(p, q, flags, work[2].view(np.int64), work[0], work[1], n_low, n_high, n_released_low,
+            screen.gather(p, q, flags, work[0], work[1], n_low, n_high, n_released_low,
                           n_released_high)
             expected = [sum_weighted_f_tilde(entry.kind, entry.param, work[0], work[1], s, start, end, 0.0, np.inf,
                                              np.empty(CHUNK)) for s, start, end in

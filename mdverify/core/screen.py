@@ -27,6 +27,7 @@ caller widens the bounds (``select.select_walk``).
 import sys
 
 import numpy as np
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 from mdverify.core._fgen import weighted_f_tilde_terms
 from mdverify.core.checks import invalid_entries, sum_tolerance, sums_valid
@@ -145,34 +146,40 @@ def mark_both(p, q, flags):
 def flagged(flags, n, positions):
     """Write the positions i < n with a non-zero flag to ``positions`` (int64), in order;
     return their count. The flags are read eight at a time, as one word, and only the
-    non-zero bytes of a word are visited."""
+    non-zero bytes of a word are visited (``_flag_word``, ``_pop_lowest``)."""
     words = flags.view(np.uint64)
     count = 0
     for w in range(words.size):
-        word = words[w]
         if not _LITTLE_ENDIAN:  # byte j of the word is not its j-th least significant
             for i in range(8 * w, min(8 * w + 8, n)):
                 if flags[i] != 0:
                     positions[count] = i
                     count += 1
             continue
-        if 8 * w + 8 > n:  # the padding of the last word may hold anything
-            word &= (np.uint64(1) << np.uint64(8 * (n - 8 * w))) - np.uint64(1)
+        word = _flag_word(words, w, n)
         while word != 0:
-            lowest = word & (~word + np.uint64(1))
-            byte = 0  # the byte holding the lowest set bit, by halving
-            if lowest > np.uint64(0xFFFFFFFF):
-                byte += 4
-                lowest >>= np.uint64(32)
-            if lowest > np.uint64(0xFFFF):
-                byte += 2
-                lowest >>= np.uint64(16)
-            if lowest > np.uint64(0xFF):
-                byte += 1
+            byte, word = _pop_lowest(word)
             positions[count] = 8 * w + byte
             count += 1
-            word &= ~(np.uint64(0xFF) << np.uint64(8 * byte))
     return count
+
+
+@kernel(inline=True)
+def _flag_word(words, w, n):
+    """Flag word w, the bytes past flag n - 1 cleared (the padding of the last word may hold
+    anything)."""
+    word = words[w]
+    if 8 * w + 8 > n:
+        word &= (np.uint64(1) << np.uint64(8 * (n - 8 * w))) - np.uint64(1)
+    return word
+
+
+@kernel(inline=True)
+def _pop_lowest(word):
+    """(byte, rest): the lowest non-zero byte of a non-zero little-endian flag word (its
+    trailing zero bits / 8, one instruction), and the word with that byte cleared."""
+    byte = np.int64(trailing_zeros(word)) >> 3
+    return byte, word & ~(np.uint64(0xFF) << np.uint64(8 * byte))
 
 
 @kernel
@@ -299,34 +306,37 @@ _SIGNS = np.array([0.0, 1.0, -1.0, 1.0, -1.0])
 
 #: ``gather`` visits every token, not only the flagged ones, where at least this share is
 #: flagged, or DENSE_UNCACHED on rows longer than CACHED_TOKENS: where the two ways cost about
-#: the same, measured on rows of 4096 to 131072 tokens with flags at random (an Intel Xeon),
-#: and on the screened rows of the benchmark's families at 131072 tokens (an AMD EPYC, Zen 3:
-#: 0.33 there, 0.2 on the Xeon). Visiting every token costs about 1.8 ns a token on the Xeon,
-#: 2.9 ns on the EPYC; visiting the flagged ones costs more per flagged token once p and q no
-#: longer fit in the core's cache.
-DENSE = 0.4
-DENSE_UNCACHED = 0.25
+#: the same, measured with flags at random on rows of 4096 and 131072 tokens (an AMD EPYC,
+#: Zen 4). Visiting every token costs about 2.3 ns a token there; visiting the flagged ones
+#: costs more per flagged token once p and q no longer fit in the core's cache.
+DENSE = 0.6
+DENSE_UNCACHED = 0.5
 CACHED_TOKENS = 32768
 
 
 @kernel
-def gather(p, q, flags, positions, key, weight, n_low, n_high, n_released_low, n_released_high):
+def gather(p, q, flags, key, weight, n_low, n_high, n_released_low, n_released_high):
     """Copy every token not settled as clipped into ``key`` and ``weight`` as ``index.split_sides``
     lays a row out, low keys rho in key[:n_low] and high keys -rho in key[size - n_high:], each
     side's undecided tokens first and its released ones after them, each group in row order
-    (the counts are ``screen``'s). ``positions`` is int64 scratch of length >= n.
+    (the counts are ``screen``'s).
 
     Without branches on the flag: each token goes to the next slot of its group, whose
-    cursor is selected by the flag. Where few tokens are flagged, only those are visited
-    (``flagged``); otherwise every token is, a settled one written to a slot between the
-    sides that stays free, and not counted.
+    cursor is selected by the flag. Where few tokens are flagged, only those are visited,
+    found as ``flagged`` finds them (their positions are not stored); otherwise every token
+    is, a settled one written to a slot between the sides that stays free, and not counted.
     """
     cursors = (n_low, 0, key.size - n_high, n_low - n_released_low, key.size - n_released_high)
-    if n_low + n_high < (DENSE if p.size <= CACHED_TOKENS else DENSE_UNCACHED) * p.size:
-        for j in range(flagged(flags, p.size, positions)):
-            cursors = _place(p, q, flags, positions[j], key, weight, cursors)
+    n = p.size
+    if _LITTLE_ENDIAN and n_low + n_high < (DENSE if n <= CACHED_TOKENS else DENSE_UNCACHED) * n:
+        words = flags.view(np.uint64)
+        for w in range(words.size):
+            word = _flag_word(words, w, n)
+            while word != 0:
+                byte, word = _pop_lowest(word)
+                cursors = _place(p, q, flags, 8 * w + byte, key, weight, cursors)
     else:
-        for i in range(p.size):
+        for i in range(n):
             cursors = _place(p, q, flags, i, key, weight, cursors)
 
 

@@ -559,7 +559,7 @@ def _screened(p, q, work, bounds, kind, alpha, summing):
         n_low -= n_released_low
         n_high -= n_released_high
     unsummed = (n_released_low, n_released_high) if laid_out else (0, 0)
-    gather(p, q, flags, work[2].view(np.int64), work[0], work[1], n_low, n_high, unsummed[0], unsummed[1])
+    gather(p, q, flags, work[0], work[1], n_low, n_high, unsummed[0], unsummed[1])
     return _between(bounds, (q0, base, capacity_low, capacity_high), (n_low, n_high), (n_released_low, n_released_high),
                     (p_clipped_low, p_clipped_high), (p_released_low, p_released_high),
                     (moved_released_low, moved_released_high), f_released)
