@@ -340,8 +340,8 @@ def gather(p, q, flags, key, weight, n_low, n_high, n_released_low, n_released_h
 def _place(p, q, flags, i, key, weight, cursors):
     """Token i to the slot its flag's cursor holds, that cursor moved on (the settled one's
     never). The cursors are indexed in memory, not selected among registers: the CPU forwards
-    each store to the next load of the same cursor, where selecting one of five costs more (the
-    dense pass took 1.6x the time so, AMD EPYC Zen 4)."""
+    each store to the next load of the same cursor; selected, the dense pass took 1.6x the time
+    (an AMD EPYC, Zen 4)."""
     flag = flags[i]
     slot = cursors[flag]
     cursors[flag] = slot + (flag != SETTLED)
