@@ -301,10 +301,11 @@ def _sums_by_side(terms, flags):
 
 
 #: ``gather`` visits every token, not only the flagged ones, where at least this share is
-#: flagged, or DENSE_UNCACHED on rows longer than CACHED_TOKENS: where the two ways cost about
-#: the same, measured with flags at random on rows of 4096 and 131072 tokens (an AMD EPYC,
-#: Zen 4). Visiting every token costs about 1.5 ns a token there; visiting the flagged ones
-#: costs more per flagged token once p and q no longer fit in the core's cache.
+#: flagged, or DENSE_UNCACHED on rows longer than CACHED_TOKENS: at or a little below where the
+#: two ways cost the same, measured with flags at random (an AMD EPYC, Zen 4: about 0.7 of the
+#: row on 4096 tokens, 0.53 on 131072; within 12% of each other from 0.6 and 0.5 on). Visiting
+#: every token costs about 1.5 ns a token there; visiting the flagged ones costs more per
+#: flagged token once p and q no longer fit in the core's cache.
 DENSE = 0.6
 DENSE_UNCACHED = 0.5
 CACHED_TOKENS = 32768
@@ -324,6 +325,7 @@ def gather(p, q, flags, key, weight, n_low, n_high, n_released_low, n_released_h
     """
     cursors = np.array([n_low, 0, key.size - n_high, n_low - n_released_low, key.size - n_released_high])
     n = p.size
+    # The flagged way reads a word's bytes as little-endian; elsewhere every token is visited.
     if _LITTLE_ENDIAN and n_low + n_high < (DENSE if n <= CACHED_TOKENS else DENSE_UNCACHED) * n:
         words = flags.view(np.uint64)
         for w in range(words.size):
