@@ -63,14 +63,11 @@ def test_screen_flags_and_sums(bounds):
                                    err_msg=label)
         p64 = p.astype(np.float64)
         settled = flags[: p.size] == screen.SETTLED
-        released_low = flags[: p.size] == screen.RELEASED_LOW
-        released_high = flags[: p.size] == screen.RELEASED_HIGH
-        sums = [p64[low & settled].sum(), p64[high & settled].sum(), p64[released_low].sum(),
-                p64[released_high].sum(), (p64[released_low] * (1 - rho[released_low])).sum(),
-                (p64[released_high] * (rho[released_high] - 1)).sum()]
-        np.testing.assert_allclose(got[4:10], sums, rtol=1e-13, atol=1e-300, err_msg=label)
-        counts = [(low & ~settled).sum(), (high & ~settled).sum(), released_low.sum(), released_high.sum()]
-        assert got[10:] == tuple(counts), label
+        np.testing.assert_allclose(got[4:6], [p64[low & settled].sum(), p64[high & settled].sum()], rtol=1e-13,
+                                   atol=1e-300, err_msg=label)
+        counts = [(low & ~settled).sum(), (high & ~settled).sum(), (flags[: p.size] == screen.RELEASED_LOW).sum(),
+                  (flags[: p.size] == screen.RELEASED_HIGH).sum()]
+        assert got[6:] == tuple(counts), label
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -101,7 +98,7 @@ def test_gather_lays_out_each_side_undecided_first_then_released(dense, monkeypa
         n = p.size
         work = np.full((4, n), np.nan)
         flags = screen.flag_view(work[3], n)
-        n_low, n_high, n_released_low, n_released_high = screen.screen(p, q, bounds, flags)[10:]
+        n_low, n_high, n_released_low, n_released_high = screen.screen(p, q, bounds, flags)[6:]
         gather(p, q, flags, work[0], work[1], n_low, n_high, n_released_low, n_released_high)
         expected = flags[:n].copy()
         rho = _ratios(p, q)[0]
@@ -120,27 +117,36 @@ def test_gather_lays_out_each_side_undecided_first_then_released(dense, monkeypa
 
 @pytest.mark.parametrize("name", ["kl", "reverse_kl", "tv", "hellinger", "jensen_shannon", "pearson"])
 def test_released_tokens_summed_in_place_are_the_sums_of_their_terms(name):
-    """``sum_released`` gives each side's sum of p f~(q/p) over its released tokens, as summing
-    the tokens ``gather`` lays out gives it (inf where a term is: q = 0 under reverse_kl), and
-    flags exactly those tokens settled."""
+    """``sum_released`` gives each side's sums of p f~(q/p), of p and of the moved mass over its
+    released tokens, as summing the tokens ``gather`` lays out gives them (inf where a term is:
+    q = 0 under reverse_kl), and flags exactly those tokens settled; ``released_sums`` gives the
+    latter two from the laid-out tokens, as numpy sums them from the row."""
     entry = md.divergence(name)
     for bounds in ((0.3, 0.8, 1.5, 4.0), (1e-9, 1e-6, 1.0 + 1e-9, 1e6)):
         for label, p, q in _rows():
             n = p.size
             work = np.zeros((4, n))
             flags = screen.flag_view(work[3], n)
-            n_low, n_high, n_released_low, n_released_high = screen.screen(p, q, bounds, flags)[10:]
+            n_low, n_high, n_released_low, n_released_high = screen.screen(p, q, bounds, flags)[6:]
             before = flags[:n].copy()
-            f_low, f_high = screen.sum_released(entry.kind, entry.param, p, q, flags, work)
+            p_mass, moved, f = screen.sum_released(entry.kind, entry.param, p, q, flags, work)
             released = before >= screen.RELEASED_LOW
             np.testing.assert_array_equal(flags[:n], np.where(released, screen.SETTLED, before), err_msg=label)
             flags[:n] = before
             screen.gather(p, q, flags, work[0], work[1], n_low, n_high, n_released_low,
                           n_released_high)
-            expected = [sum_weighted_f_tilde(entry.kind, entry.param, work[0], work[1], s, start, end, 0.0, np.inf,
-                                             np.empty(CHUNK)) for s, start, end in
-                        ((1.0, n_low - n_released_low, n_low), (-1.0, n - n_released_high, n))]
-            np.testing.assert_allclose([f_low, f_high], expected, rtol=1e-13, atol=0, err_msg=label)
+            p64, rho = p.astype(np.float64), _ratios(p, q)[0]
+            for side, s, start, end, flag in ((0, 1.0, n_low - n_released_low, n_low, screen.RELEASED_LOW),
+                                              (1, -1.0, n - n_released_high, n, screen.RELEASED_HIGH)):
+                terms = sum_weighted_f_tilde(entry.kind, entry.param, work[0], work[1], s, start, end, 0.0, np.inf,
+                                             np.empty(CHUNK))
+                laid_out = screen.released_sums(work[0, start:end], work[1, start:end], s)
+                group = before == flag
+                expected = [p64[group].sum(), (p64[group] * s * (1.0 - rho[group])).sum()]
+                np.testing.assert_allclose(f[side], terms, rtol=1e-13, atol=0, err_msg=label)
+                np.testing.assert_allclose([p_mass[side], moved[side]], expected, rtol=1e-13, atol=1e-300,
+                                           err_msg=label)
+                np.testing.assert_allclose(laid_out, expected, rtol=1e-13, atol=1e-300, err_msg=label)
 
 
 @pytest.mark.parametrize("family, divergence, eps", [
@@ -337,7 +343,7 @@ def test_rows_of_tied_ratios_are_settled_by_the_screen_and_match_sorted(entry, w
     _, _, tokens, ps, qs = select._sample(p, q, work, False)
     for eps in (1e-3, 0.05):
         levels, _ = select._sample_bounds(p.size, tokens, ps, qs, eps, entry.kind, entry.param, np.inf)
-        kept = screen.screen(p, q, tuple(levels[0]), screen.flag_view(work[3], p.size))[10:12]
+        kept = screen.screen(p, q, tuple(levels[0]), screen.flag_view(work[3], p.size))[6:8]
         if where != "middle":
             assert sum(kept) < p.size / 10, (eps, kept)
         # Each level's bounds lie within the next one's.
@@ -424,20 +430,38 @@ def test_flagged_reads_words_and_ignores_the_padding(n):
 
 
 def test_the_sample_pass_checks_the_row_as_row_valid_does():
-    """``mark_sample``'s verdict, from the pass that samples the row, is ``checks.row_valid``'s."""
+    """``mark_sample``'s verdict, from the pass that samples the row, is ``checks.row_valid``'s;
+    -0 is a valid entry on either side, a negative one of any size is not, and the row is in
+    the screen's range exactly when no positive p lies below SCREEN_P_MIN."""
     from mdverify.core.checks import row_valid
 
     rng = np.random.default_rng(5)
     p, q = rng.dirichlet(np.ones(4096)), rng.dirichlet(np.ones(4096))
     flags = screen.flag_view(np.zeros(4096), 4096)
-    broken = {"valid": lambda p, q: None, "nan": lambda p, q: p.__setitem__(7, np.nan),
+
+    def moved_to_next(x, i, value):  # x[i] = value, the sum kept by x[i + 1]
+        x[i + 1] += x[i] - value
+        x[i] = value
+
+    below_range = np.nextafter(screen.SCREEN_P_MIN, 0.0)
+    broken = {"nan": lambda p, q: p.__setitem__(7, np.nan),
+              "-nan in q": lambda p, q: q.__setitem__(8, -np.nan),
               "inf in q": lambda p, q: q.__setitem__(9, np.inf), "negative q": lambda p, q: q.__setitem__(3, -1e-9),
               "sum": lambda p, q: p.__setitem__(0, p[0] + 1e-5),
-              "subnormal p": lambda p, q: p.__setitem__(5, 1e-310)}
-    for name, breaking in broken.items():
+              "subnormal p": lambda p, q: moved_to_next(p, 5, 1e-310),
+              "tiny negative p": lambda p, q: moved_to_next(p, 16, -1e-300),
+              "least negative q": lambda p, q: moved_to_next(q, 17, -5e-324)}
+    valid = {"valid": lambda p, q: None, "-0 in p": lambda p, q: moved_to_next(p, 10, -0.0), "-0 in q": lambda p, q: moved_to_next(q, 11, -0.0),
+             "p at the screen's least": lambda p, q: moved_to_next(p, 12, screen.SCREEN_P_MIN),
+             "p below the screen's least": lambda p, q: moved_to_next(p, 14, below_range)}
+    for name, breaking in {**broken, **valid}.items():
         for dtype, tolerance in ((np.float64, 1e-6), (np.float32, 1e-4)):
             pb, qb = p.astype(dtype), q.astype(dtype)
             breaking(pb, qb)
-            verdict = screen.mark_sample(pb, qb, 256, flags, True)[1]
+            in_range, verdict = screen.mark_sample(pb, qb, 256, flags, True)
             assert verdict == row_valid(pb, qb, tolerance), (name, dtype)
-            assert verdict == (name == "valid") or dtype == np.float32, name  # 1e-310 and +1e-5 vanish in float32
+            vanishes = dtype == np.float32 and name in ("sum", "subnormal p", "tiny negative p", "least negative q")
+            assert verdict == (name not in broken or vanishes), (name, dtype)  # too small for float32: 0
+            below = name in ("subnormal p", "p below the screen's least") and dtype == np.float64
+            assert in_range == (not below), (name, dtype)
+            assert screen.mark_sample(pb, qb, 256, flags, False)[0] == in_range, (name, dtype)

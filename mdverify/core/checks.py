@@ -12,18 +12,33 @@ from mdverify.core.jit import kernel
 
 #: The smallest normal double: a positive p below it may make q / p overflow (``check_ratios``).
 SMALLEST_NORMAL = np.finfo(np.float64).tiny
+#: Start of the reductions of ``entry_bits`` (no entry seen): the least signed and unsigned.
+NO_NEGATIVE = np.int64(0)
+NO_POSITIVE = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 @kernel(inline=True)
-def invalid_entries(pj, qj):
-    """How many of the tests an entry fails: p < 0, q < 0, 0 < p below the smallest normal."""
-    return (pj < 0.0) + (qj < 0.0) + ((pj > 0.0) & (pj < SMALLEST_NORMAL))
+def entry_bits(x):
+    """The bits of float64(x) as an integer, less 1. As a signed integer it is below -1 exactly
+    where x < 0 (-0 wraps round to the greatest); as an unsigned one, below ``entry_bits(y)`` of
+    a positive y exactly where 0 < x < y. So the entry tests are minima of integers, which the
+    compiler vectorises (of floats, it does not): a nan may fail the first, and its row's sum
+    fails anyway."""
+    return np.float64(x).view(np.int64) - 1
+
+
+@kernel(inline=True)
+def least_positive_below(least, y):
+    """Whether some entry x had 0 < x < y, from ``least``, the unsigned minimum of ``entry_bits(x)``."""
+    return least < np.uint64(entry_bits(y))
 
 
 @kernel
-def sums_valid(sum_p, sum_q, invalid, tolerance):
-    """The verdict of ``row_valid`` from its sums and its count of ``invalid_entries``."""
-    return abs(sum_p - 1.0) <= tolerance and abs(sum_q - 1.0) <= tolerance and invalid == 0.0
+def sums_valid(sum_p, sum_q, lowest, least_p, tolerance):
+    """The verdict of ``row_valid`` from its sums, the signed minimum ``lowest`` of ``entry_bits``
+    over p and q and its unsigned minimum ``least_p`` over p."""
+    return (abs(sum_p - 1.0) <= tolerance and abs(sum_q - 1.0) <= tolerance and lowest >= -1
+            and not least_positive_below(least_p, SMALLEST_NORMAL))
 
 
 @kernel(reassociate=True, borrow=True)
@@ -33,14 +48,16 @@ def row_valid(p, q, tolerance):
     row's sum nan or inf, so the sum test catches it too."""
     sum_p = 0.0
     sum_q = 0.0
-    invalid = 0  # an integer count: a float one costs the loop its conversions, half its time
+    lowest, least_p = NO_NEGATIVE, NO_POSITIVE
     for j in range(p.size):
         pj = np.float64(p[j])
         qj = np.float64(q[j])
         sum_p += pj
         sum_q += qj
-        invalid += invalid_entries(pj, qj)
-    return sums_valid(sum_p, sum_q, invalid, tolerance)
+        bits_p = entry_bits(pj)
+        lowest = min(lowest, min(bits_p, entry_bits(qj)))
+        least_p = min(least_p, np.uint64(bits_p))
+    return sums_valid(sum_p, sum_q, lowest, least_p, tolerance)
 
 
 @kernel

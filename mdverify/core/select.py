@@ -46,8 +46,8 @@ from mdverify.core.index import _prefix_sums, add_compensated, split_sides
 from mdverify.core.jit import kernel
 from mdverify.core.terms import (CHUNK, divergence_of_terms, divergence_row, divergence_terms, needs_f_tilde,
                                  sum_of_terms, sum_weighted_f_tilde, weighted_f_tilde)
-from mdverify.core.screen import (SLACK, flag_view, flagged, gather, inclusion, mark_both, mark_sample, screen,
-                                  sum_released)
+from mdverify.core.screen import (SLACK, flag_view, flagged, gather, inclusion, mark_both, mark_sample,
+                                  released_sums, screen, sum_released)
 from mdverify.core.walk import (A, B, D, FILL, JUMP_STEPS, K_HIGH, K_LOW, M, STATE_SIZE, segment_point, solve_segment,
                                 solve_slope, walk_or_jump)
 
@@ -549,20 +549,22 @@ def _screened(p, q, work, bounds, kind, alpha, summing):
     summed instead (``screen.sum_released``) and only the undecided ones gathered (``laid_out``
     False)."""
     flags = flag_view(work[3], p.size)
-    (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, p_released_low, p_released_high,
-     moved_released_low, moved_released_high, n_low, n_high, n_released_low, n_released_high) = screen(p, q, bounds,
-                                                                                                       flags)
-    f_released = (np.nan, np.nan)
+    (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, n_low, n_high, n_released_low,
+     n_released_high) = screen(p, q, bounds, flags)
     laid_out = not summing or n_released_low + n_released_high < SUM_RELEASED_SHARE * p.size
-    if not laid_out:  # work[:3] is free until the gather
-        f_released = sum_released(kind, alpha, p, q, flags, work)
+    if laid_out:  # the released groups' sums from their tokens, laid out after each side's undecided ones
+        gather(p, q, flags, work[0], work[1], n_low, n_high, n_released_low, n_released_high)
+        size = work.shape[1]
+        low = released_sums(work[0, n_low - n_released_low:n_low], work[1, n_low - n_released_low:n_low], 1.0)
+        high = released_sums(work[0, size - n_released_high:], work[1, size - n_released_high:], -1.0)
+        released, moved, f_released = (low[0], high[0]), (low[1], high[1]), (np.nan, np.nan)
+    else:  # summed where they lie (work[:3] is free until the gather), and left out of it
+        released, moved, f_released = sum_released(kind, alpha, p, q, flags, work)
         n_low -= n_released_low
         n_high -= n_released_high
-    unsummed = (n_released_low, n_released_high) if laid_out else (0, 0)
-    gather(p, q, flags, work[0], work[1], n_low, n_high, unsummed[0], unsummed[1])
+        gather(p, q, flags, work[0], work[1], n_low, n_high, 0, 0)
     return _between(bounds, (q0, base, capacity_low, capacity_high), (n_low, n_high), (n_released_low, n_released_high),
-                    (p_clipped_low, p_clipped_high), (p_released_low, p_released_high),
-                    (moved_released_low, moved_released_high), f_released)
+                    (p_clipped_low, p_clipped_high), released, moved, f_released)
 
 
 @kernel
