@@ -235,7 +235,7 @@ def screen(p, q, bounds, flags):
     tokens ``gather`` lays out: of each side not clipped, and of each side released. The
     released groups' sums are left to the passes that visit those tokens anyway (``gather``
     and ``released_sums``, or ``sum_released``): here each sum costs every token of the row
-    (four of them took a fifth of this pass, 124 -> 99 us at n = 131072 on Zen 4).
+    (four of them took a sixth of this pass: 124 -> 102 us at n = 131072, AMD EPYC Zen 4).
 
     No ratio is computed: the bounds are compared as products (``screen_factors``), for a
     division per token would cost this pass three times the rest. Requires the row to be in
