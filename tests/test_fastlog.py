@@ -1,12 +1,15 @@
-"""``core.fastlog``: log within 1 ulp of numpy's everywhere, special values included; and the
-excess x - 1 - log x that ``log_excess`` gives with it."""
+"""``core.fastlog``: log within 1 ulp of numpy's everywhere, special values included; the
+excess x - 1 - log x that ``log_excess`` gives with it; and the variants for positive normal
+numbers, with the test of that domain."""
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from numba import njit
 
-from mdverify.core.fastlog import log, log_excess
+from mdverify.core.fastlog import (NO_BITS, domain_bits, log, log_excess, log_excess_normal, log_normal,
+                                   normal_or_zero)
 
 
 @njit(cache=False)
@@ -88,3 +91,42 @@ def test_excess_within_a_few_ulps_where_the_logarithm_is_reduced_to_itself():
     zero, at_zero = log_excess(0.0)
     assert zero == -np.inf and at_zero == np.inf
     assert log_excess(np.inf) == (np.inf, np.inf) and np.isnan(log_excess(-1.0)).all()
+
+
+@njit(cache=False)
+def _both_logs(x, normal, out):
+    for i in range(x.size):
+        out[0, i], out[1, i] = log_excess_normal(x[i]) if normal else log_excess(x[i])
+        out[2, i] = log_normal(x[i]) if normal else log(x[i])
+
+
+def test_the_normal_variants_are_log_and_log_excess_bit_for_bit_on_normal_numbers():
+    """``log_normal`` and ``log_excess_normal`` skip the scaling of subnormals and the special
+    values: on positive normal finite numbers, every binade and around 1, they are ``log`` and
+    ``log_excess`` to the last bit."""
+    rng = np.random.default_rng(3)
+    x = np.concatenate([np.ldexp(rng.uniform(1.0, 2.0, 200_000), rng.integers(-1022, 1024, 200_000)),
+                        1.0 + rng.uniform(-0.3, 0.4, 50_000), [2.0 ** -1022, np.finfo(float).max, 1.0]])
+    got, want = np.empty((3, x.size)), np.empty((3, x.size))
+    _both_logs(x, True, got)
+    _both_logs(x, False, want)
+    assert np.array_equal(got, want)
+
+
+@njit(cache=False)
+def _domain(x):
+    bits = NO_BITS
+    for i in range(x.size):
+        bits = domain_bits(bits, x[i])
+    return normal_or_zero(bits)
+
+
+@pytest.mark.parametrize("outside", [5e-324, np.nextafter(2.0 ** -1022, 0.0), np.inf, np.nan, -np.nan, -0.0, -1.0,
+                                     -np.inf])
+def test_the_domain_of_the_normal_variants(outside):
+    """``normal_or_zero`` holds for rows of +0 and positive normal finite numbers, and fails as
+    soon as one value lies outside (a subnormal, inf, nan, a negative, -0), wherever it lies."""
+    inside = np.array([0.0, 2.0 ** -1022, 1.0, 0.5, 3.0, 1e300, np.finfo(float).max])
+    assert _domain(inside) and _domain(np.zeros(3)) and _domain(np.empty(0))
+    for position in range(inside.size + 1):
+        assert not _domain(np.insert(inside, position, outside))

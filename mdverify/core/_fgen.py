@@ -11,7 +11,8 @@ f(t) - f'(1)(t - 1), which is non-negative and gives the same divergence on the 
 
 import math
 
-from mdverify.core.fastlog import log, log_excess
+from mdverify.core.fastlog import (NO_BITS, domain_bits, log, log_excess, log_excess_normal, log_normal,
+                                   normal_or_zero)
 from mdverify.core.jit import kernel
 
 inline_kernel = kernel(inline=True)
@@ -447,6 +448,69 @@ def f_tilde_kind9(a, t):
     value = near if abs(w) < 0.05 else value
     return float(((math.inf) if (a < 0) else (1/a))) if t == 0.0 else float(value)
 
+@inline_kernel
+def f_tilde_kind1_normal(a, t, bits):
+    """(f~(t), bits) of kl: ``f_tilde_kind1`` with ``fastlog.log_normal``, each argument of
+    which updates ``bits`` (``fastlog.domain_bits``)."""
+    x0 = t
+    bits = domain_bits(bits, x0)
+    log0, excess = log_excess_normal(x0)
+    high = t*log0 - t + 1
+    low = t*log0 - t + 1
+    value = low if t <= 1.0 else high
+    w = t - 1.0
+    near = -excess*t + w**2
+    value = near if abs(w) < 0.05 else value
+    return (float(1.0) if t == 0.0 else float(value)), bits
+
+@inline_kernel
+def f_tilde_kind2_normal(a, t, bits):
+    """(f~(t), bits) of reverse_kl: ``f_tilde_kind2`` with ``fastlog.log_normal``, each argument of
+    which updates ``bits`` (``fastlog.domain_bits``)."""
+    x0 = t
+    bits = domain_bits(bits, x0)
+    log0, excess = log_excess_normal(x0)
+    high = t - log0 - 1
+    low = t - log0 - 1
+    value = low if t <= 1.0 else high
+    w = t - 1.0
+    near = excess
+    value = near if abs(w) < 0.05 else value
+    return (float(math.inf) if t == 0.0 else float(value)), bits
+
+@inline_kernel
+def f_tilde_kind6_normal(a, t, bits):
+    """(f~(t), bits) of jensen_shannon: ``f_tilde_kind6`` with ``fastlog.log_normal``, each argument of
+    which updates ``bits`` (``fastlog.domain_bits``)."""
+    x0 = t
+    bits = domain_bits(bits, x0)
+    log0 = log_normal(x0)
+    x1 = (1/2)*t + 1/2
+    bits = domain_bits(bits, x1)
+    log1 = log_normal(x1)
+    high = t*((1/2)*log0 - 1/2*log1) - 1/2*log1
+    low = (1/2)*t*log0 - 1/2*(t + 1)*log1
+    value = low if t <= 1.0 else high
+    w = t - 1.0
+    near = (32767/15728640)*w**16 + w**8*(w**4*(w**2*(8191/2981888 - 5461/2293760*w) - 105/32768*w + 2047/540672) + w**2*(511/92160 - 93/20480*w) - 85/12288*w + 127/14336) + w**4*(w**2*(31/1920 - 3/256*w) - 3/128*w + 7/192) + w**2*(1/8 - 1/16*w)
+    value = near if abs(w) < 0.05 else value
+    return (float(0.34657359027997264) if t == 0.0 else float(value)), bits
+
+@inline_kernel
+def f_tilde_kind8_normal(a, t, bits):
+    """(f~(t), bits) of jeffreys: ``f_tilde_kind8`` with ``fastlog.log_normal``, each argument of
+    which updates ``bits`` (``fastlog.domain_bits``)."""
+    x0 = t
+    bits = domain_bits(bits, x0)
+    log0, excess = log_excess_normal(x0)
+    high = (t - 1)*log0
+    low = (t - 1)*log0
+    value = low if t <= 1.0 else high
+    w = t - 1.0
+    near = w*(-excess + w)
+    value = near if abs(w) < 0.05 else value
+    return (float(math.inf) if t == 0.0 else float(value)), bits
+
 @kernel
 def weighted_f_tilde_terms(kind, a, key, weight, s, start, count, out):
     """out[j] = weight[start + j] f~(s key[start + j]) for j < count (weight >= 0, s key >= 0).
@@ -462,9 +526,21 @@ def weighted_f_tilde_terms(kind, a, key, weight, s, start, count, out):
         for j in range(count):
             out[j] = weight[j] * f_tilde_kind0(a, s * key[j])
     if kind == 1:  # kl
+        bits = NO_BITS
+        for j in range(count):
+            term, bits = f_tilde_kind1_normal(a, s * key[j], bits)
+            out[j] = weight[j] * term
+        if normal_or_zero(bits):
+            return
         for j in range(count):
             out[j] = weight[j] * f_tilde_kind1(a, s * key[j])
     if kind == 2:  # reverse_kl
+        bits = NO_BITS
+        for j in range(count):
+            term, bits = f_tilde_kind2_normal(a, s * key[j], bits)
+            out[j] = weight[j] * term
+        if normal_or_zero(bits):
+            return
         for j in range(count):
             out[j] = weight[j] * f_tilde_kind2(a, s * key[j])
     if kind == 3:  # pearson
@@ -477,12 +553,24 @@ def weighted_f_tilde_terms(kind, a, key, weight, s, start, count, out):
         for j in range(count):
             out[j] = weight[j] * f_tilde_kind5(a, s * key[j])
     if kind == 6:  # jensen_shannon
+        bits = NO_BITS
+        for j in range(count):
+            term, bits = f_tilde_kind6_normal(a, s * key[j], bits)
+            out[j] = weight[j] * term
+        if normal_or_zero(bits):
+            return
         for j in range(count):
             out[j] = weight[j] * f_tilde_kind6(a, s * key[j])
     if kind == 7:  # triangular
         for j in range(count):
             out[j] = weight[j] * f_tilde_kind7(a, s * key[j])
     if kind == 8:  # jeffreys
+        bits = NO_BITS
+        for j in range(count):
+            term, bits = f_tilde_kind8_normal(a, s * key[j], bits)
+            out[j] = weight[j] * term
+        if normal_or_zero(bits):
+            return
         for j in range(count):
             out[j] = weight[j] * f_tilde_kind8(a, s * key[j])
     if kind == 9:  # alpha

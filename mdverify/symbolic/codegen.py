@@ -38,7 +38,8 @@ f(t) - f'(1)(t - 1), which is non-negative and gives the same divergence on the 
 
 import math
 
-from mdverify.core.fastlog import log, log_excess
+from mdverify.core.fastlog import (NO_BITS, domain_bits, log, log_excess, log_excess_normal, log_normal,
+                                   normal_or_zero)
 from mdverify.core.jit import kernel
 
 inline_kernel = kernel(inline=True)
@@ -443,15 +444,26 @@ def module_source(forms: list[Forms], header: str = HEADER) -> str:
     parts.append(_dispatch("f_tilde_star", "kind, a, u", STAR_DOC, [(f.name, _code(f.star)) for f in forms]))
     parts.append(_segment_root(forms))
     parts += [_branch_free_f_tilde(kind, f) for kind, f in enumerate(forms)]
+    parts += [_branch_free_f_tilde(kind, f, normal=True) for kind, f in enumerate(forms) if _takes_log(f)]
     parts.append(_weighted_f_tilde_terms(forms))
     return "".join(parts).rstrip() + "\n"
 
 
-def _branch_free_f_tilde(kind: int, f: Forms) -> str:
-    """f~ of one kind as ``f_tilde`` computes it, every piece computed and one selected."""
+def _takes_log(f: Forms) -> bool:
+    return bool(f.low["f_tilde"].atoms(sp.log) or f.high["f_tilde"][0].atoms(sp.log))
+
+
+def _branch_free_f_tilde(kind: int, f: Forms, normal: bool = False) -> str:
+    """f~ of one kind as ``f_tilde`` computes it, every piece computed and one selected; with
+    ``normal``, its logarithms by ``fastlog.log_normal`` (its ``f_tilde_kind{kind}_normal``)."""
     near, (high, in_u) = f.near["f_tilde"], f.high["f_tilde"]
-    lines = ["@inline_kernel", f"def f_tilde_kind{kind}(a, t):",
-             f'    """f~(t) of {f.name}: ``f_tilde``\'s pieces, each computed and one kept, with ``fastlog.log``."""']
+    if normal:
+        lines = ["@inline_kernel", f"def f_tilde_kind{kind}_normal(a, t, bits):",
+                 f'    """(f~(t), bits) of {f.name}: ``f_tilde_kind{kind}`` with ``fastlog.log_normal``, each argument of',
+                 '    which updates ``bits`` (``fastlog.domain_bits``)."""']
+    else:
+        lines = ["@inline_kernel", f"def f_tilde_kind{kind}(a, t):",
+                 f'    """f~(t) of {f.name}: ``f_tilde``\'s pieces, each computed and one kept, with ``fastlog.log``."""']
     if in_u:
         lines += ["    u = 1.0 / t"]
     low = f.low["f_tilde"]
@@ -461,7 +473,12 @@ def _branch_free_f_tilde(kind: int, f: Forms) -> str:
         name = slots[shared[0]][0]
         slots[shared[0]] = (f"{name}, {EXCESS}", "log_excess(t)")
         near = f.excess
-    lines += [f"    {name} = {code}" for name, code in slots]
+    for k, (name, code) in enumerate(slots):
+        if normal:  # code is log(x) or log_excess(x)
+            function, argument = re.fullmatch(r"(log(?:_excess)?)\((.*)\)", code).groups()
+            lines += [f"    x{k} = {argument}", f"    bits = domain_bits(bits, x{k})"]
+            code = f"{function}_normal(x{k})"
+        lines += [f"    {name} = {code}"]
     lines += [f"    high = {_high_code((high, in_u), T_FUNCTIONS['f_tilde'][1], lambda e: _vector_code(e, high_logs))}",
               f"    low = {_vector_code(low, low_logs)}",
               "    value = low if t <= 1.0 else high"]
@@ -470,7 +487,8 @@ def _branch_free_f_tilde(kind: int, f: Forms) -> str:
                   f"    value = near if abs(w) < {NEAR_ONE!r} else value"]
     at_zero = f.constants["f_tilde_at_zero"]
     at_zero = _code(at_zero) if at_zero.free_symbols or not at_zero.is_finite else repr(float(at_zero))  # no call per t
-    lines += [f"    return float({at_zero}) if t == 0.0 else float(value)", "", ""]
+    result = f"float({at_zero}) if t == 0.0 else float(value)"
+    lines += [f"    return ({result}), bits" if normal else f"    return {result}", "", ""]
     return "\n".join(lines)
 
 
@@ -504,8 +522,12 @@ def _weighted_f_tilde_terms(forms: list[Forms]) -> str:
              "    # negative index, which keeps the loop from vectorising.",
              "    key = key[start:start + count]", "    weight = weight[start:start + count]"]
     for kind, f in enumerate(forms):
-        lines += [f"    if kind == {kind}:  # {f.name}", "        for j in range(count):",
-                  f"            out[j] = weight[j] * f_tilde_kind{kind}(a, s * key[j])"]
+        lines += [f"    if kind == {kind}:  # {f.name}"]
+        if _takes_log(f):  # first with ``log_normal``: where a ratio lies outside its domain, again with ``log``
+            lines += ["        bits = NO_BITS", "        for j in range(count):",
+                      f"            term, bits = f_tilde_kind{kind}_normal(a, s * key[j], bits)",
+                      "            out[j] = weight[j] * term", "        if normal_or_zero(bits):", "            return"]
+        lines += ["        for j in range(count):", f"            out[j] = weight[j] * f_tilde_kind{kind}(a, s * key[j])"]
     return "\n".join(lines + ["", ""])
 
 
@@ -678,7 +700,8 @@ stack (``mdverify.core.rebind``) calls in their place. Never cached on disk.
 
 import math
 
-from mdverify.core.fastlog import log, log_excess
+from mdverify.core.fastlog import (NO_BITS, domain_bits, log, log_excess, log_excess_normal, log_normal,
+                                   normal_or_zero)
 from mdverify.core.jit import kernel as _kernel
 
 kernel = _kernel(cache=False)
