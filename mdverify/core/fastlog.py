@@ -15,10 +15,15 @@ s (f^2/2 + R(s^2)), where R is a minimax polynomial of degree 14 (even) in s, ac
 remainder f^2/2 - s (f^2/2 + R(s^2)), accurate where x - 1 - log(x) computed as written
 cancels to nothing: the normalised generators of KL and its kin are that excess up to
 terms that do not cancel (``symbolic.codegen.near_one_excess``).
+
+``log_normal`` and ``log_excess_normal`` are the same for positive normal finite x, bit for
+bit, without the scaling of subnormals and the selection of special values; the generated
+loops of f~ take them, and ``log`` again only where ``normal_or_zero`` says a ratio lay outside.
 """
 
 import numpy as np
 
+from mdverify.core.checks import entry_bits, least_positive_below
 from mdverify.core.jit import kernel
 
 # log 2 split so that k * LN2_HI is exact for |k| < 2^11.
@@ -91,7 +96,7 @@ def log_excess(x):
 @kernel
 def log_normal(x):
     """``log`` of a positive normal finite x, bit for bit, without the cost of the others (a
-    fifth of its time); finite values of no meaning elsewhere (``normal_or_zero``)."""
+    quarter of its time); finite values of no meaning elsewhere (``normal_or_zero``)."""
     return _normal_log_parts(x, 0.0)[0]
 
 
@@ -109,25 +114,22 @@ def _excess(x, value, k, remainder):
     return value, remainder if k == 0.0 else (x - 1.0) - value
 
 
-# A loop of ``log_normal`` tracks, with ``domain_bits``, the least of bits(x) - 1 and the
-# greatest of bits(x), as unsigned integers (+0 wraps round to the greatest), which
+# A loop of ``log_normal`` tracks, with ``domain_bits``, the unsigned least of
+# ``checks.entry_bits`` (+0 wraps round to the greatest) and the greatest of the bits, which
 # vectorises; ``normal_or_zero`` then says whether every x was a positive normal finite number
 # or +0, or the loop must be done again with ``log``.
 NO_BITS = (np.uint64(2 ** 64 - 1), np.uint64(0))
-_ONE = np.uint64(1)
-_NORMAL_BITS = np.uint64(np.float64(_SMALLEST_NORMAL).view(np.uint64))
 _INF_BITS = np.uint64(np.float64(np.inf).view(np.uint64))
 
 
 @kernel
 def domain_bits(bits, x):
     """``bits`` = (least, greatest) updated with x (see NO_BITS)."""
-    unsigned = np.float64(x).view(np.uint64)
-    return min(bits[0], unsigned - _ONE), max(bits[1], unsigned)
+    return min(bits[0], np.uint64(entry_bits(x))), max(bits[1], np.float64(x).view(np.uint64))
 
 
 @kernel
 def normal_or_zero(bits):
     """Whether every x that ``domain_bits`` saw was +0 or a positive normal finite number, where
     ``log_normal`` is ``log`` (-0, with its sign bit, counts as negative)."""
-    return bits[0] >= _NORMAL_BITS - _ONE and bits[1] < _INF_BITS
+    return not least_positive_below(bits[0], _SMALLEST_NORMAL) and bits[1] < _INF_BITS
