@@ -41,8 +41,8 @@ def machine() -> str:
 def numpy_build() -> str:
     """numpy's version and the widest SIMD extension its kernels dispatch to here. The sort every
     speed ratio is taken against is one of those kernels, and its speed depends on the extension
-    several-fold: an AMD EPYC (Zen 4) sorted 131072 float64 in 5.4 ms with AVX512_ICL and in
-    0.84 ms with AVX-512 turned off (NPY_DISABLE_CPU_FEATURES), numpy 2.4.6."""
+    several-fold: an AMD EPYC (Zen 4) sorted 131072 float64 in 5.3 ms with AVX512_ICL and in
+    1.0 ms with X86_V3 (``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL AVX512_SPR"``), numpy 2.4.6."""
     try:
         from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
     except ImportError:  # the layout of numpy's internals before 2.0
