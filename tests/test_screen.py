@@ -1,10 +1,16 @@
 """Screening long rows (core.screen): the passes, the sample, and the confirmation of bounds."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
+from numba.core.codegen import get_host_cpu_features
 
 import mdverify as md
 from mdverify.core import screen, select
+from mdverify.core.jit import MASK_REGISTERS
 from mdverify.core.index import split_sides
 from mdverify.core.terms import CHUNK, sum_weighted_f_tilde
 from mdverify.core.walk import M
@@ -68,6 +74,18 @@ def test_screen_flags_and_sums(bounds):
         counts = [(low & ~settled).sum(), (high & ~settled).sum(), (flags[: p.size] == screen.RELEASED_LOW).sum(),
                   (flags[: p.size] == screen.RELEASED_HIGH).sum()]
         assert got[6:] == tuple(counts), label
+
+
+@pytest.mark.skipif(not MASK_REGISTERS, reason="compiled without AVX-512 here: the test above counts in int64")
+def test_screen_flags_and_sums_compiled_without_avx512():
+    """The screen counts in float64 where numba compiles for AVX-512 and in int64 elsewhere
+    (``screen._count``): the test above again, in a process compiled for this CPU less AVX-512."""
+    features = ",".join("-" + f[1:] if f.startswith("+avx512") else f for f in get_host_cpu_features().split(","))
+    code = ("import sys, pytest; from mdverify.core.jit import MASK_REGISTERS; assert not MASK_REGISTERS; "
+            f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', {__file__ + '::test_screen_flags_and_sums'!r}]))")
+    run = subprocess.run([sys.executable, "-c", code], env=os.environ | {"NUMBA_CPU_FEATURES": features},
+                         capture_output=True, text=True)
+    assert run.returncode == 0 and "3 passed" in run.stdout, run.stdout + run.stderr
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

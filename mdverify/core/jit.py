@@ -14,12 +14,17 @@ import hashlib
 from pathlib import Path
 
 from numba import njit
+from numba.core import config
+from numba.core.codegen import get_host_cpu_features
 from numba.core.cpu import CPUTargetOptions
 
 #: (dispatcher, options) of every kernel, in the order they were defined.
 KERNELS: list = []
 #: Whether this numba compiles a kernel without reference counting (its ``_nrt`` option).
 BORROWING = hasattr(CPUTargetOptions, "_nrt")
+#: Whether the kernels are compiled for AVX-512, as numba chooses its target (NUMBA_CPU_FEATURES,
+#: else the host's): its comparisons set mask registers, not vectors of all-ones lanes.
+MASK_REGISTERS = "+avx512f" in (config.CPU_FEATURES or get_host_cpu_features()).split(",")
 #: The package whose kernels are cached beside their sources, and the stamp of those sources.
 PACKAGE = Path(__file__).resolve().parents[1]
 STAMP = PACKAGE / "__pycache__" / "numba-kernel-sources.sha256"
