@@ -297,6 +297,7 @@ def _allocate_between(p, q, w, total, entry: Divergence, more, less, guess: floa
     lo, hi = np.clip((low, high) if 0 < low <= high else (min(high, guess), max(low, guess)), *PRICES)
     rows, n = p.shape
     spread = BRACKET_SPREAD
+    above = 0.0  # the greatest price found below the one sought (the bracket moved up past it)
     while True:
         more, more_from = _solved_at(p, q, w, entry, more, more_from, (more_from > lo) | _bind_at(more, lo * w, entry),
                                      lo)
@@ -305,7 +306,10 @@ def _allocate_between(p, q, w, total, entry: Divergence, more, less, guess: floa
                                entry)
         at_lo = reduced.at_price(lo * w)
         if w @ at_lo[:, EPS] <= total:  # the price lies below lo
-            if lo == PRICES[0] or not (at_lo[:, LAM] > 0).any():  # at the floor, or every row at its limit
+            # At the floor, or every row at its limit; or lo was found below the price before, by
+            # rows reduced from other solutions, which round the spending at lo to the other side of
+            # the total: the price is lo itself, and the bracket would swing about it for ever.
+            if lo == PRICES[0] or not (at_lo[:, LAM] > 0).any() or lo <= above:
                 return _allocation(at_lo[:, EPS], at_lo[:, ACCEPTANCE], float(lo) if at_lo[:, LAM].any() else 0.0), none
             less, less_to, lo, hi = at_lo, np.full(rows, lo), max(lo / spread, PRICES[0]), lo
         else:
@@ -315,6 +319,7 @@ def _allocate_between(p, q, w, total, entry: Divergence, more, less, guess: floa
             if hi == PRICES[1]:  # the total buys nothing even there
                 return _allocation(np.zeros(rows), at_hi[:, ACCEPTANCE] - at_hi[:, MOVED], np.inf), none
             # the price lies above hi
+            above = hi
             more, more_from, lo, hi = at_hi, np.full(rows, hi), hi, min(hi * spread, PRICES[1])
         spread *= spread
 

@@ -118,6 +118,31 @@ def test_a_wrong_guess_moves_the_bracket_to_the_price(monkeypatch, factor, diver
     assert moved.price == pytest.approx(right.price, rel=1e-9)
 
 
+def test_reductions_that_disagree_about_the_price_end_the_bracket_search(monkeypatch):
+    # Rows reduced from other solutions may round the spending at one price to either side of
+    # the total. Here each reduction overstates it a thousandfold and the next understates it
+    # as much: the price seems above the bracket, then below the price just found under it. The
+    # search ends there rather than swing the bracket about that price for ever.
+    P, Q = llm_rows(500, 4, seed=76)
+    reductions = []
+
+    class Disagreeing(prices._ReducedRows):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            reductions.append(self)
+            if len(reductions) > 50:
+                raise RuntimeError("the bracket search does not end")
+
+        def at_price(self, at):
+            fields = super().at_price(at)
+            fields[:, prices.EPS] *= 1e3 if len(reductions) % 2 else 1e-3
+            return fields
+
+    monkeypatch.setattr(prices, "_ReducedRows", Disagreeing)
+    allocation = md.allocate(P, Q, 0.1)
+    assert len(reductions) == 2 and np.isfinite(allocation.eps).all()
+
+
 def test_rows_at_their_limit_that_bind_at_the_price_are_solved_there(monkeypatch):
     # At equal budgets the rows of small D(q || p) reach their limit; where the frontier's last
     # slope is below the price, they bind there and are solved at the bracket's end.
