@@ -67,7 +67,9 @@ PIVOT_SAMPLES = 31
 #: one a little wider that way (most of those are confirmed), then by wider ones. On rows
 #: shorter than SAMPLE_SIZE * SAMPLE_SHARE the sample's own sort and walk weigh against the
 #: search it saves: n / 32 took 0.91-0.95x the time of n / 16 (median over six to ten
-#: families, n = 2500 to 8192), n / 64 no less than n / 32.
+#: families, n = 2500 to 8192), n / 64 no less than n / 32. On long rows a larger sample
+#: narrows the first bounds but misses more often: SAMPLE_SIZE 1024 took 0.97-1.04x the time
+#: of 512 at n = 131072 (per-family medians, eight families), from 0.48x to 2.3x per case.
 SAMPLE_FROM = 2048
 SAMPLE_SIZE = 512
 SAMPLE_SHARE = 32
