@@ -74,6 +74,13 @@ def test_caches_of_changed_kernel_sources_are_dropped(tmp_path, monkeypatch):
     (package / "a.py").write_text("@kernel\ndef f(x):\n    return x + 1\n")
     jit.drop_stale_caches()
     assert not cached.exists()
+    # core.rebind decides what a user generator's cached stack calls: it counts as a kernel source
+    (package / "rebind.py").write_text("swap = 1\n")
+    jit.drop_stale_caches()
+    cached.write_bytes(b"compiled against the sources as they are")
+    (package / "rebind.py").write_text("swap = 2\n")
+    jit.drop_stale_caches()
+    assert not cached.exists()
 
 
 def _every_path():

@@ -68,6 +68,25 @@ def test_user_kernels_first_do_not_displace_registered_ones():
         np.testing.assert_allclose(eval(line), expected, rtol=0, atol=1e-10)  # our own repr of floats
 
 
+def test_a_user_stack_is_compiled_once_and_loaded_by_later_processes():
+    """The kernel stack compiled against a generator here is loaded from numba's cache, not
+    compiled, by a fresh process, and gives the same optimum."""
+    p, q = llm_rows(500, 3, seed=31, truncate="both")
+    here = md.mentor(p, q, 0.05, "(t-1)*log(t)").acceptance
+    code = (
+        "import numpy as np, mdverify as md\n"
+        "from mdverify.workloads import llm_rows\n"
+        "p, q = llm_rows(500, 3, seed=31, truncate='both')\n"
+        "print(repr(md.mentor(p, q, 0.05, '(t-1)*log(t)').acceptance.tolist()))\n"
+        "stats = md.divergence('(t-1)*log(t)').kernels.mentor_rows.stats\n"
+        "print(sum(stats.cache_hits.values()), sum(stats.cache_misses.values()))\n"
+    )
+    acceptance, counts = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                        check=True).stdout.split("\n")[:2]
+    assert counts == "1 0"  # one signature loaded, none compiled
+    np.testing.assert_array_equal(eval(acceptance), here)  # our own repr of floats
+
+
 def test_user_alpha_matches_brute_force():
     """The alpha(0.3) generator typed by hand agrees with md.alpha(0.3) and with nested bisection."""
     text = "(t**(3/10) - 3*t/10 - 7/10)/((3/10)*(3/10 - 1))"
@@ -130,7 +149,7 @@ def test_constants_beyond_int64_compile():
 
 def test_planted_cache_files_are_never_loaded(tmp_path):
     """A pickle planted where numba keeps its cache index, and bytecode beside the generated
-    module, are not read: the module runs from its own hashed text, its kernels uncached."""
+    module, are not read: the module runs from its own hashed text, its functions uncached."""
     import pickle
 
     marker = tmp_path / "ran"

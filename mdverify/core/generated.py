@@ -1,8 +1,10 @@
 """Generated kernel modules of user-defined generators, loaded safely, and their kernel stacks.
 
 A module is named by a hash of its text (``PREFIX`` + ``digest``) and run from that text
-only once the file's hash matches its name; its kernels are never cached on disk, so nothing
-planted beside the file (bytecode, a numba cache index) is ever loaded.
+only once the file's hash matches its name; its functions are never cached on disk, so nothing
+planted beside the file (bytecode, a numba cache index) is ever loaded. The kernel stack
+compiled against it (``core.rebind``) is cached with the package's own kernels, and trusted
+as they are.
 """
 
 from __future__ import annotations

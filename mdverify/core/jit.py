@@ -37,9 +37,11 @@ def drop_stale_caches() -> None:
     numba keys a cached kernel on its own file alone, so a kernel whose callee (in another
     file) changed would load machine code compiled against the old callee: wrong results, or
     a crash, after an upgrade or an edit. One digest over every file that defines kernels
-    closes that gap; a read-only install, where numba caches elsewhere, is left as it is.
+    closes that gap (``core.rebind``, which decides what a user generator's cached kernel
+    stack calls, counts as such a file); a read-only install, where numba caches elsewhere,
+    is left as it is.
     """
-    sources = sorted(path for path in PACKAGE.rglob("*.py") if "@kernel" in path.read_text())
+    sources = sorted(path for path in PACKAGE.rglob("*.py") if "@kernel" in path.read_text() or path.name == "rebind.py")
     digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()
     try:
         if STAMP.exists() and STAMP.read_text() == digest:

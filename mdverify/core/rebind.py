@@ -5,12 +5,19 @@ user-defined generator gets a module of its own with the same functions (written
 ``symbolic.codegen.generator_source``); every kernel that reaches those functions, directly
 or through other kernels, is compiled once more from its own code with the names rebound.
 Nothing is copied by hand, so the user's f runs exactly the algorithms the registered ones
-run. The rebound kernels are not cached on disk (numba's cache keys on the source file,
-which they share with the originals); they live for the process.
+run.
+
+The rebound kernels are cached on disk beside the originals, as the originals are (the
+stack takes a minute or two to compile). numba keys a cache file on the source file and the
+qualified name, and an entry on the bytecode, all of which a clone shares with its original;
+so each clone's qualified name carries the generated module's name, which is the hash of its
+text. The whole package's caches are dropped when any kernel's source or this file changes
+(``jit.drop_stale_caches``).
 """
 
 from __future__ import annotations
 
+import sys
 import types
 from typing import NamedTuple
 
@@ -67,21 +74,25 @@ def rebind(module) -> Kernels:
         if not more:
             break
         affected |= more
-    scopes = []
+    scopes: dict[str, types.ModuleType] = {}
     for dispatcher, chosen in stack:
         if id(dispatcher) in affected:
             fn = dispatcher.py_func
-            # A name of its own: numba links compiled functions by symbol, and a clone that shared
-            # the original's module and qualified name would be called in its place.
-            scope = dict(fn.__globals__, __name__=f"{fn.__module__}.{module.__name__}")
-            clone = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
-            clone.__qualname__ = fn.__qualname__
-            swap[id(dispatcher)] = njit(**dict(chosen, cache=False))(clone)
-            scopes.append(scope)
-    for scope in scopes:  # numba reads the globals when it first compiles, after this
-        for name, value in scope.items():
+            # A module of its own for each module of clones: numba links compiled functions by
+            # symbol, and a clone that shared the original's module and qualified name would be
+            # called in its place; and a clone loaded from numba's cache finds its globals by
+            # importing its module's name.
+            name = f"{fn.__module__}.{module.__name__}"
+            if name not in scopes:
+                scopes[name] = sys.modules[name] = types.ModuleType(name)
+                scopes[name].__dict__.update(fn.__globals__, __name__=name)
+            clone = types.FunctionType(fn.__code__, scopes[name].__dict__, fn.__name__, fn.__defaults__, fn.__closure__)
+            clone.__qualname__ = f"{fn.__qualname__}__{module.__name__}"  # names its file in numba's cache
+            swap[id(dispatcher)] = njit(**chosen)(clone)
+    for scope in scopes.values():  # numba reads the globals when it first compiles, after this
+        for name, value in vars(scope).items():
             if id(value) in swap:
-                scope[name] = swap[id(value)]
+                setattr(scope, name, swap[id(value)])
     return Kernels(*(swap.get(id(k), k) for k in STANDARD))
 
 

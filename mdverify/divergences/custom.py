@@ -9,13 +9,14 @@ Text from users is untrusted, and sympy can take hours on some of it, so:
   are written, for people to read, into a private cache folder
   (``MDVERIFY_CACHE_DIR``, else ``$XDG_CACHE_HOME/mdverify``, else ``~/.cache/mdverify``; a
   folder that another user owns or can write is refused), named by a hash of its text;
-- the module is run from that text only after the file's hash matches its name, and its
-  kernels are never cached on disk, so nothing planted beside it (a bytecode or numba cache
+- the module is run from that text only after the file's hash matches its name, and its own
+  functions are never cached on disk, so nothing planted beside it (a bytecode or numba cache
   file) is ever loaded (``mdverify.core.generated``);
 - every generated function is compiled and called once before the divergence is admitted.
 
-The kernel stack is then compiled against the module on first use (``mdverify.core.rebind``)
-and kept for the life of the process.
+The kernel stack is then compiled against the module on first use (``mdverify.core.rebind``),
+and cached where numba caches the package's own kernels, under names that carry the module's
+hash: a minute or two of compiling once, a fraction of a second in later processes.
 """
 
 from __future__ import annotations
