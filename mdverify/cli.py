@@ -1,4 +1,4 @@
-"""The ``mdverify`` command line: ``report``, ``bench`` and ``solve``.
+"""The ``mdverify`` command line: ``report``, ``bench``, ``solve`` and ``compile``.
 
 A user error (a missing file, a bad row, an unwritable output) prints one line and exits
 with status 2, before any long computation; it never ends in a traceback.
@@ -110,6 +110,16 @@ def _bench(args) -> int:
     return 0
 
 
+def _compile(args) -> int:
+    from mdverify.precompile import compile_kernels
+
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
+    for name, dtype, seconds in compile_kernels(args.jobs):
+        print(f"{name:<28} {dtype:<8} {seconds:7.1f} s")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mdverify", description="Mentored decoding: solve, verify, report.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -132,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
                        help="registry name, alpha(a), or a generator in t such as '(t-1)*log(t)' (default: kl)")
     solve.add_argument("--out", help="write r here (.npy) instead of printing it")
     solve.set_defaults(run=_solve)
+
+    compile_ = commands.add_parser("compile", help="compile every kernel now, in parallel, into numba's cache on disk")
+    compile_.add_argument("--jobs", type=int, help="processes at a time (default: every core)")
+    compile_.set_defaults(run=_compile)
 
     args = parser.parse_args(argv)
     try:

@@ -114,3 +114,33 @@ def test_bench_rewrites_only_its_section(tmp_path):
     assert "old" not in text and "new" in text and "one" in text and "three" in text
     with pytest.raises(ValueError, match="no section"):
         replace_section(report, "Missing", "x")
+
+
+def test_compile_refuses_no_processes(capsys):
+    fails(capsys, ["compile", "--jobs", "0"], "--jobs must be at least 1")
+
+
+def test_after_compile_every_entry_point_loads_its_kernels_from_the_cache():
+    """``mdverify compile`` leaves nothing for a fresh process to compile: each entry point,
+    for each dtype, finds every kernel it calls in numba's cache."""
+    import subprocess
+    import sys
+
+    from mdverify.precompile import DTYPES, ENTRY_POINTS
+
+    done = subprocess.run([sys.executable, "-m", "mdverify.cli", "compile", "--jobs", "2"], capture_output=True,
+                          text=True, check=True).stdout
+    assert all(f"{name:<28} {dtype:<8}" in done for name, _ in ENTRY_POINTS for dtype in DTYPES), done
+    code = (
+        "import numpy as np\n"
+        "from mdverify.core import jit\n"
+        "from mdverify.precompile import DTYPES, ENTRY_POINTS\n"
+        "for _, run in ENTRY_POINTS:\n"
+        "    for dtype in DTYPES:\n"
+        "        run(np.dtype(dtype))\n"
+        "print(sum(sum(d.stats.cache_misses.values()) for d, _ in jit.KERNELS),\n"
+        "      sum(sum(d.stats.cache_hits.values()) for d, _ in jit.KERNELS))\n"
+    )
+    misses, hits = map(int, subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                           check=True).stdout.split())
+    assert misses == 0 and hits > 20, (misses, hits)
