@@ -46,6 +46,11 @@ def test_expression_matches_registered_jeffreys_everywhere():
     np.testing.assert_array_equal(a[0], b[0])
 
 
+def _in_fresh_process(code: str) -> list[str]:
+    """The lines that a fresh interpreter prints running ``code``."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+
+
 def test_user_kernels_first_do_not_displace_registered_ones():
     """In a fresh process, compile "(t-1)*log(t)" before jeffreys; both must give jeffreys' optimum.
 
@@ -63,8 +68,7 @@ def test_user_kernels_first_do_not_displace_registered_ones():
         "    for method in ['select', 'sorted']:\n"
         "        print(repr(md.mentor(p, q, 0.05, name, method=method).acceptance.tolist()))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
-    for line in filter(None, out):
+    for line in _in_fresh_process(code):
         np.testing.assert_allclose(eval(line), expected, rtol=0, atol=1e-10)  # our own repr of floats
 
 
@@ -81,8 +85,7 @@ def test_a_user_stack_is_compiled_once_and_loaded_by_later_processes():
         "stats = md.divergence('(t-1)*log(t)').kernels.mentor_rows.stats\n"
         "print(sum(stats.cache_hits.values()), sum(stats.cache_misses.values()))\n"
     )
-    acceptance, counts = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                        check=True).stdout.split("\n")[:2]
+    acceptance, counts = _in_fresh_process(code)
     assert counts == "1 0"  # one signature loaded, none compiled
     np.testing.assert_array_equal(eval(acceptance), here)  # our own repr of floats
 
