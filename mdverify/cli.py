@@ -88,11 +88,9 @@ def _solve(args) -> int:
 
 
 def _report(args) -> int:
-    from mdverify.precompile import compile_kernels
     from mdverify.report import build_report
 
     folder = _output_folder(args.out or (QUICK_OUT if args.quick else "reports"))
-    compile_kernels()  # on every core at once, rather than one kernel at a time as sections need them
     path = build_report(folder, quick=args.quick)
     print(f"wrote {path}")
     return 0
@@ -100,11 +98,9 @@ def _report(args) -> int:
 
 def _bench(args) -> int:
     from mdverify.bench.run import run
-    from mdverify.precompile import compile_kernels
     from mdverify.report.build import SCALING_TITLE, replace_section
 
     folder = _output_folder(args.out or (QUICK_OUT if args.quick else "reports"))
-    compile_kernels()
     _, text = run(folder, quick=args.quick)
     report = folder / "REPORT.md"
     if report.exists():
