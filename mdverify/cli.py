@@ -125,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
 
     report = commands.add_parser("report", help="run the verification measurements and write REPORT.md with plots")
-    report.add_argument("--quick", action="store_true", help="smaller instances (about 2.5 minutes on 2 cores, once the kernels are compiled)")
+    report.add_argument("--quick", action="store_true",
+                        help="smaller instances (about 2.5 minutes on 2 cores, once the kernels are compiled)")
     report.add_argument("--out", help=f"output folder (default: reports, or {QUICK_OUT} with --quick)")
     report.set_defaults(run=_report)
 

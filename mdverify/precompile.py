@@ -78,7 +78,7 @@ def _compile_one(name: str, dtype: str) -> tuple[str, str, float]:
     return name, dtype, time.perf_counter() - start
 
 
-def compile_kernels(jobs: int | None = None, progress: bool = True) -> list[tuple[str, str, float]]:
+def compile_kernels(jobs: int | None = None) -> list[tuple[str, str, float]]:
     """Compile (or load from numba's cache) the kernels of every entry point, ``jobs`` processes
     at a time (default: every core). Returns (entry point, dtype, seconds) in the order they
     finished."""
@@ -90,7 +90,7 @@ def compile_kernels(jobs: int | None = None, progress: bool = True) -> list[tupl
     # spawn: a fresh interpreter per process, never a fork of one whose numba state is live
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = [pool.submit(_compile_one, *task) for task in tasks]
-        with tqdm(total=len(futures), desc="compiling kernels", unit="entry point", disable=not progress) as bar:
+        with tqdm(total=len(futures), desc="compiling kernels", unit="entry point") as bar:
             for future in as_completed(futures):
                 done.append(future.result())
                 bar.set_postfix_str(f"{done[-1][0]} ({done[-1][1]}): {done[-1][2]:.0f} s")

@@ -41,7 +41,8 @@ def drop_stale_caches() -> None:
     stack calls, counts as such a file); a read-only install, where numba caches elsewhere,
     is left as it is.
     """
-    sources = sorted(path for path in PACKAGE.rglob("*.py") if "@kernel" in path.read_text() or path.name == "rebind.py")
+    sources = sorted(path for path in PACKAGE.rglob("*.py")
+                     if "@kernel" in path.read_text() or path.name == "rebind.py")
     digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()
     try:
         if STAMP.exists() and STAMP.read_text() == digest:
