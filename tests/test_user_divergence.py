@@ -161,8 +161,9 @@ def test_planted_cache_files_are_never_loaded(tmp_path):
         def __reduce__(self):
             return (open, (str(marker), "w"))
 
+    # An expression other tests use too, so that its kernel stack is compiled once per run.
     code = ("import mdverify as md\n"
-            "md.mentor([0.7, 0.2, 0.1], [0.2, 0.5, 0.3], 0.1, '(t-1)**2/(t+3)')\n")
+            "md.mentor([0.7, 0.2, 0.1], [0.2, 0.5, 0.3], 0.1, '(t-1)*log(t)')\n")
     env = dict(__import__("os").environ, MDVERIFY_CACHE_DIR=str(tmp_path / "cache"))
     subprocess.run([sys.executable, "-c", code], check=True, env=env, capture_output=True)
     folder = tmp_path / "cache" / "generators"
