@@ -1029,13 +1029,17 @@ def _tied(x, y):
 def _ratio_at(sums, s, m, tolerance):
     """One side's threshold ratio at moved mass m in the last segment, where its clipped group
     (p-mass P_CLIP) moves between keys REL_MIN and CLIP_MAX: exactly those from the group's
-    start and end on (the end within ``tolerance``: moved masses summed in different orders)."""
+    start and end on (the end within ``tolerance``: moved masses summed in different orders;
+    but not where m lies nearer the start, as it may where the group moves less mass in all
+    than that tolerance: p-mass 1e-32 beside a side of mass 1)."""
     p_clip = sums[P_CLIP]
     key = sums[REL_MIN]
     if p_clip > 0.0:
-        if m >= sums[M_REL] + (s - sums[CLIP_MAX]) * p_clip - tolerance:
+        start = sums[M_REL] + (s - sums[REL_MIN]) * p_clip
+        end = sums[M_REL] + (s - sums[CLIP_MAX]) * p_clip
+        if m >= end - tolerance and end - m <= m - start:
             key = sums[CLIP_MAX]
-        elif m > sums[M_REL] + (s - sums[REL_MIN]) * p_clip:
+        elif m > start:
             key = min(max(s - (m - sums[M_REL]) / p_clip, sums[CLIP_MAX]), sums[REL_MIN])
     return s * key
 
