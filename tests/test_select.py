@@ -422,12 +422,12 @@ def test_budgets_just_below_the_drafter_budget_end_within_the_row_search(family)
             assert whole[select.M] == pytest.approx(moved, rel=0, abs=1e-12), where
 
 
-
 def test_a_clipped_group_moving_less_than_the_rounding_of_m_starts_at_its_start():
     """A high side whose clipped tokens carry p-mass 1e-32, beside a low side of mass 1: its whole
     last segment moves 2e-18 of mass, below the rounding of moved masses at the row's scale. The
     price's crossing lies inside it (b = 721 for pearson), not at the breakpoint that closes it
-    (b = 1.3e14, where the old end test put b at the segment's start)."""
+    (b = 1.3e14): the segment's start, m = 0, lies within that rounding of its end, but nearer
+    its start."""
     p = np.array([4.4050740605220443e-231, 1.0, 1.5212005301802770e-32])
     q = np.array([5.7524839002801733e-217, 1.5085869100734753e-16, 9.9999999999999978e-01])
     for price in (4.892e-4, 6.945e-4, 1e-2):

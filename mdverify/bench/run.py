@@ -267,8 +267,8 @@ def markdown(result: dict, plot_name: str) -> str:
     for dtype, r in result["reference"].items():
         lines.append(f"| {dtype} | {r['select_ms']:.3f} | {r['select/numpy sort']:.2f} | {r['select/floor']:.1f} "
                      f"| {r['peer/select']:.1f} | {r['floor/numpy sort']:.2f} |")
-    lines += ["", "The floor (one pass reading p and q and writing r, which every call that returns r makes) "
-              "bounds from below what any solver's ratio to the sort can be on this machine."]
+    lines += ["", "The floor, one pass reading p and q and writing r, is made by every call that returns r: its "
+              "ratio to the sort is the least such a call can reach on this machine."]
     lines += ["", "The peer (SPEC section 8) beside the exact optimum (reverse_kl, n = "
               f"{REFERENCE_N}):", "",
               "| budget | peer steps | peer within 10% | peer true D | peer acceptance | ours D | ours acceptance "
