@@ -1029,19 +1029,25 @@ def _tied(x, y):
 def _ratio_at(sums, s, m, tolerance):
     """One side's threshold ratio at moved mass m in the last segment, where its clipped group
     (p-mass P_CLIP) moves between keys REL_MIN and CLIP_MAX: exactly those from the group's
-    start and end on (the end within ``tolerance``: moved masses summed in different orders;
-    but not where m lies nearer the start, as it may where the group moves less mass in all
-    than that tolerance: p-mass 1e-32 beside a side of mass 1)."""
+    start and end on (the end as ``_reached`` tells it)."""
     p_clip = sums[P_CLIP]
     key = sums[REL_MIN]
     if p_clip > 0.0:
         start = sums[M_REL] + (s - sums[REL_MIN]) * p_clip
         end = sums[M_REL] + (s - sums[CLIP_MAX]) * p_clip
-        if m >= end - tolerance and end - m <= m - start:
+        if _reached(m, start, end, tolerance):
             key = sums[CLIP_MAX]
         elif m > start:
             key = min(max(s - (m - sums[M_REL]) / p_clip, sums[CLIP_MAX]), sums[REL_MIN])
     return s * key
+
+
+@kernel
+def _reached(m, start, end, tolerance):
+    """Whether moved mass m is at the end of a group that moves from ``start`` to ``end``: within
+    ``tolerance`` of it (moved masses summed in different orders), and nearer it than the start
+    (a group may move less mass in all than that tolerance: p-mass 1e-32 beside a side of mass 1)."""
+    return m >= end - tolerance and end - m <= m - start
 
 
 @kernel(borrow=True)
@@ -1252,8 +1258,8 @@ def _search(work, split, unsummed, low_sums, high_sums, eps, kind, alpha, slope_
             binding = m_end < m_max - tolerance
             stopped = stopped or binding
             # Land exactly on the closing breakpoint(s) where that keeps D within the budget.
-            a_end = a_min if m_end >= m_low_end - tolerance else a
-            b_end = b_max if p_high > 0.0 and m_end >= m_high_end - tolerance else b
+            a_end = a_min if _reached(m_end, m_low_start, m_low_end, tolerance) else a
+            b_end = b_max if p_high > 0.0 and _reached(m_end, m_high_start, m_high_end, tolerance) else b
             end_value = f_low + p_low * f_tilde(kind, alpha, a_end) + f_high
             if p_high > 0.0:
                 end_value += weighted_f_tilde(kind, alpha, p_high, b_end)
