@@ -179,11 +179,12 @@ def mentor(p, q, eps=None, divergence: str | Divergence = "kl", method: str = "a
     from mdverify.rigorous.certify import certify, proved_within
 
     values = fields[:, kernels.FIELDS.index("divergence_value")]  # a view: pulled rows update it
+    optimum = R.copy()  # where the dual bound is taken: lam and mu are the multipliers of this r
     _pull_back(entry, P, Q, R, fields, budgets, values, np.flatnonzero(np.isfinite(budgets)),
                proved_within(entry, P, budgets, R.dtype), first_step=2.0 ** -50)
     lam, mu = (fields[:, kernels.FIELDS.index(name)].reshape(batch_shape) for name in ("lam", "mu"))
     certificate = certify(P.reshape(p.shape), Q.reshape(p.shape), R.reshape(p.shape), budgets.reshape(batch_shape),
-                          entry, lam=lam, mu=mu)
+                          entry, lam=lam, mu=mu, dual_r=optimum.reshape(p.shape))
     return replace(_result(R.reshape(p.shape), fields, batch_shape), certificate=certificate)
 
 

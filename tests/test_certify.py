@@ -135,6 +135,23 @@ def test_a_negative_or_unnormalised_r_is_not_feasible():
     assert not cert.feasible and "sum r" in cert.notes[0]
 
 
+def test_a_row_pulled_back_is_bounded_at_the_optimum():
+    """At eps = 1e-9 the proof of this row's budget needs a pull-back towards p of 1.2e-7 of its
+    move. Its dual bound is taken at the float64 optimum, where lam (1e4) and mu (-1e4) are the
+    multipliers: taken at the pulled row's own ratios, it came out 8.2e-8 over the optimum,
+    where the pulled row lies 2e-12 below it."""
+    p, q = np.array([0.9375, 0.4734802423413015, 0.125]), np.array([0.0, 1.0, 0.0])
+    p = p / p.sum()
+    res = md.mentor(p, q, 1e-9, "kl", certified=True)
+    optimum = md.mentor(p, q, 1e-9, "kl")
+    assert res.certificate.feasible and not np.array_equal(res.r, optimum.r)  # pulled back
+    assert res.certificate.gap_upper <= 1e-11
+    at_pulled = md.certify(p, q, res.r, 1e-9, "kl", lam=res.lam, mu=res.mu)
+    assert at_pulled.gap_upper > 1e-9  # the bound this replaces
+    with pytest.raises(ValueError, match="dual_r has shape"):
+        md.certify(p, q, res.r, 1e-9, "kl", lam=res.lam, mu=res.mu, dual_r=optimum.r[:2])
+
+
 probabilities = st.lists(st.one_of(st.just(0.0), st.floats(1e-300, 1.0)), min_size=1, max_size=8)
 
 

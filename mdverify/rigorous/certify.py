@@ -112,7 +112,7 @@ def mass_tolerances(P: np.ndarray, dtype) -> np.ndarray:
 
 
 def certify(p, q, result, eps, divergence: str | Divergence = "kl", *, lam=None, mu=None,
-            mass_tolerance: float | None = None) -> Certificate:
+            mass_tolerance: float | None = None, dual_r=None) -> Certificate:
     """Prove a mentored result feasible and within a stated gap of the optimum.
 
     Parameters
@@ -129,6 +129,11 @@ def certify(p, q, result, eps, divergence: str | Divergence = "kl", *, lam=None,
     mass_tolerance : float, optional
         How far sum r may be from 1 and still count as in the simplex; by default, per row,
         p's own distance from 1 plus n unit roundoffs of r's dtype (``mass_tolerances``).
+    dual_r : array_like of shape (..., n), optional
+        Where the dual bound is taken: each token's multiplier y = lam f'(r_i / p_i) is chosen
+        at this r's ratio rather than the result's. Any r >= 0 gives a valid bound; the
+        optimum's, at which lam and mu are its multipliers, a tight one. ``md.mentor(certified=True)``
+        passes the float64 optimum, which a row it pulled back towards p no longer is.
 
     Returns
     -------
@@ -159,6 +164,10 @@ def certify(p, q, result, eps, divergence: str | Divergence = "kl", *, lam=None,
     P = p.reshape(-1, n).astype(np.float64)
     Q = q.reshape(-1, n).astype(np.float64)
     R = r.reshape(-1, n).astype(np.float64)  # float32 and integer values are exact in float64
+    dual = R if dual_r is None else np.asarray(dual_r, np.float64)
+    if dual.shape != R.shape and dual.shape != r.shape:
+        raise ValueError(f"dual_r has shape {dual.shape}, but p has {p.shape}")
+    dual = dual.reshape(-1, n)
     rows = P.shape[0]
     if mass_tolerance is None:
         tolerances = mass_tolerances(P, r.dtype)
@@ -196,7 +205,8 @@ def certify(p, q, result, eps, divergence: str | Divergence = "kl", *, lam=None,
             feasible[i] = nonnegative and in_simplex and fields["divergence"][i, 1] <= budgets[i]
             if nonnegative and not fields["divergence"][i, 1] <= budgets[i]:
                 note.append(f"D_f(r || p) <= eps is not proved (upper bound {fields['divergence'][i, 1]!r})")
-            bound, why = _optimum_upper(entry, generator, P[i], Q[i], R[i] if nonnegative else None, budgets[i],
+            at = dual[i] if dual_r is not None and np.isfinite(dual[i]).all() and (dual[i] >= 0).all() else R[i]
+            bound, why = _optimum_upper(entry, generator, P[i], Q[i], at if nonnegative else None, budgets[i],
                                         lam[i], mu[i])
             optimum[i] = min(bound, _fsum_enclosure(Q[i])[1])  # also A(r) <= sum q for every r
             if why:
