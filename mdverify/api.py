@@ -180,8 +180,9 @@ def mentor(p, q, eps=None, divergence: str | Divergence = "kl", method: str = "a
 
     values = fields[:, kernels.FIELDS.index("divergence_value")]  # a view: pulled rows update it
     optimum = R.copy()  # where the dual bound is taken: lam and mu are the multipliers of this r
+    proved = proved_within(entry, P, budgets, R.dtype)
     _pull_back(entry, P, Q, R, fields, budgets, values, np.flatnonzero(np.isfinite(budgets)),
-               proved_within(entry, P, budgets, R.dtype), first_step=2.0 ** -50)
+               lambda i, row, value: proved(i, row), first_step=2.0 ** -50)
     lam, mu = (fields[:, kernels.FIELDS.index(name)].reshape(batch_shape) for name in ("lam", "mu"))
     certificate = certify(P.reshape(p.shape), Q.reshape(p.shape), R.reshape(p.shape), budgets.reshape(batch_shape),
                           entry, lam=lam, mu=mu, dual_r=optimum.reshape(p.shape))
@@ -230,8 +231,16 @@ def _keep_budget_after_rounding(entry: Divergence, P, Q, R, fields, budgets) -> 
     values = np.empty(R.shape[0])
     entry.kernels.divergence_rows(R, P, entry.kind, entry.param, values)
     _pull_back(entry, P, Q, R, fields, budgets, values, np.flatnonzero(values > budgets),
-               lambda i, row: float(entry.value(row, P[i])) <= budgets[i], first_step=ROUNDING_FIRST_STEP)
+               lambda i, row, value: value <= budgets[i], first_step=ROUNDING_FIRST_STEP)
     fields[:, kernels.FIELDS.index("divergence_value")] = values
+
+
+def _row_divergence(entry: Divergence, r: np.ndarray, p: np.ndarray) -> float:
+    """D_f(r || p) of one row, summed as ``Divergence.value`` sums it, without its checks
+    (the row is one the solver returned, or one between that and p)."""
+    out = np.empty(1)
+    entry.kernels.divergence_rows(r[None], p[None], entry.kind, entry.param, out)
+    return float(out[0])
 
 
 #: Each step back towards p is this many times the last (``_pull_back``); the first step of
@@ -241,11 +250,12 @@ ROUNDING_FIRST_STEP = 1e-7
 
 
 def _pull_back(entry: Divergence, P, Q, R, fields, budgets, values, rows, within, first_step: float) -> None:
-    """Pull rows that ``within(i, row)`` rejects back towards p until it accepts them.
+    """Pull rows that ``within(i, row, value)`` rejects back towards p until it accepts them.
 
     Used where float32 rounding took D_f(r || p) a little over a binding budget (``within``
-    evaluates D in float64 after rounding) and for ``certified=True`` (``within`` proves it in
-    ball arithmetic). A row moves along the segment to p, r(theta) = p + theta (r - p) with
+    compares ``value``, D evaluated in float64 after rounding, with the budget) and for
+    ``certified=True`` (``within`` proves it in ball arithmetic). ``values`` holds each row's D
+    as returned. A row moves along the segment to p, r(theta) = p + theta (r - p) with
     theta = min(1, eps / D)(1 - step), which convexity puts within the budget before
     rounding, for steps growing geometrically from ``first_step`` until the rounded row is
     accepted (theta = 0 gives p itself, D = 0). A pulled row's ``acceptance``,
@@ -253,23 +263,25 @@ def _pull_back(entry: Divergence, P, Q, R, fields, budgets, values, rows, within
     lam and mu stay those of the float64 optimum.
     """
     for i in rows:
-        if within(i, R[i]):
+        if within(i, R[i], values[i]):
             continue
-        p, r = P[i].astype(np.float64), R[i].astype(np.float64)
+        candidate = np.empty_like(R[i])
         scale = min(1.0, budgets[i] / values[i]) if values[i] > 0 else 1.0
         step = first_step
         while step < 1.0:
-            candidate = (p + scale * (1.0 - step) * (r - p)).astype(R.dtype)
-            if within(i, candidate):
+            kernels.toward(P[i], R[i], scale * (1.0 - step), candidate)
+            value = _row_divergence(entry, candidate, P[i])
+            if within(i, candidate, value):
                 break
             step *= STEP_GROWTH
         else:
-            candidate = P[i].copy()
+            candidate[:] = P[i]
+            value = _row_divergence(entry, candidate, P[i])
         R[i] = candidate
-        values[i] = float(entry.value(candidate, P[i]))
-        rounded = candidate.astype(np.float64)
-        fields[i, kernels.FIELDS.index("acceptance")] = np.minimum(rounded, Q[i].astype(np.float64)).sum()
-        fields[i, kernels.FIELDS.index("moved_mass")] = np.maximum(rounded - p, 0.0).sum()
+        values[i] = value
+        acceptance, moved = kernels.acceptance_and_moved(candidate, P[i], Q[i])
+        fields[i, kernels.FIELDS.index("acceptance")] = acceptance
+        fields[i, kernels.FIELDS.index("moved_mass")] = moved
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ import pytest
 
 import mdverify as md
 from mdverify.core import select
-from mdverify.core.terms import CHUNK, divergence_row, sum_weighted_f_tilde, weighted_f_tilde
+from mdverify.core.terms import (CHUNK, _divergence_in_one_pass, divergence_of_terms, divergence_row, divergence_terms, sum_weighted_f_tilde,
+                                 weighted_f_tilde)
 from mdverify.bench.families import FAMILIES
 
 
@@ -87,6 +88,32 @@ def test_divergence_row_counts_every_kind_of_token(entry):
                 terms.append(ri * fpinf)
         want = math.fsum(terms)
         assert divergence_row(r, p, entry.kind, entry.param, np.inf) == pytest.approx(want, rel=1e-14, abs=1e-300)
+
+
+def test_a_row_summed_in_one_pass_is_summed_as_its_laid_out_terms(entry):
+    """Where every token carries a term, ``divergence_row`` sums the row in one pass without
+    laying its terms out: the same value, to the last bit, as the laid-out terms give, with or
+    without a limit that stops the sum, in float32 and float64, on lengths that are not whole
+    chunks; and with one token that carries none (r = 0 or p = 0), the laid-out sum itself."""
+    rng = np.random.default_rng(12)
+    for dtype in (np.float64, np.float32):
+        for n in (1, CHUNK, 3 * CHUNK + 7, 20000):
+            p = rng.dirichlet(np.full(n, 0.3)).astype(dtype)
+            r = rng.dirichlet(np.full(n, 0.3)).astype(dtype)
+            r[r == 0], p[p == 0] = 1e-30, 1e-30  # tokens that all carry a term
+            for missing in (None, "r", "p"):
+                row_r, row_p = r.copy(), p.copy()
+                if missing is not None and n > 1:
+                    (row_r if missing == "r" else row_p)[n // 2] = 0.0
+                terms = np.empty((3, n))
+                laid_out = divergence_terms(row_r, row_p, terms)
+                whole = divergence_of_terms(entry.kind, entry.param, terms, *laid_out, np.inf)
+                assert divergence_row(row_r, row_p, entry.kind, entry.param, np.inf) == whole, (entry.name, n, missing)
+                one_pass = _divergence_in_one_pass(row_r, row_p, entry.kind, entry.param, np.inf, np.empty((2, CHUNK)))
+                assert one_pass[0] == (missing is None or n == 1) and (not one_pass[0] or one_pass[1] == whole)
+                limit = whole / 2
+                stopped = divergence_of_terms(entry.kind, entry.param, terms, *laid_out, limit)
+                assert divergence_row(row_r, row_p, entry.kind, entry.param, limit) == stopped, (entry.name, n, missing)
 
 
 @pytest.mark.parametrize("family", ["unrelated drafter", "top-p target (0.9)", "top-k drafter (k = 50)",

@@ -144,9 +144,11 @@ def _family_timing(family: str, p, q) -> FamilyTiming:
     return FamilyTiming(family, p.size, build, peer / seconds(lambda: solver(kernels.SELECT), repeat=3))
 
 
-def python_overhead(n: int, divergence: str = "kl", eps: float = 0.05) -> dict:
-    """Time of one ``md.mentor`` call on one row beyond its kernel's (validation, workspace, result)."""
-    P, Q = llm_rows(n, 1, seed=1)
+def python_overhead(n: int, divergence: str = "kl", eps: float = 0.05, dtype=np.float64) -> dict:
+    """Time of one ``md.mentor`` call on one row beyond its kernel's (validation, workspace,
+    result; in float32 also D of the rounded row, and the pull-back where rounding took it over
+    the budget, which ``pulled_back`` says)."""
+    P, Q = llm_rows(n, 1, seed=1, dtype=dtype)
     solver = _Solver(P, Q, eps, divergence)
     kernel = call = np.inf
     # Alternating, so that a slow spell of the machine costs both alike; the difference of two
@@ -154,7 +156,9 @@ def python_overhead(n: int, divergence: str = "kl", eps: float = 0.05) -> dict:
     for _ in range(50):
         kernel = min(kernel, seconds(lambda: solver(kernels.SELECT), repeat=1))
         call = min(call, seconds(lambda: md.mentor(P[0], Q[0], eps, divergence), repeat=1))
-    return {"n": n, "kernel_ms": kernel * 1e3, "call_ms": call * 1e3, "overhead_ms": (call - kernel) * 1e3}
+    pulled_back = bool(md.divergence(divergence).value(solver.R[0], P[0]) > eps)
+    return {"n": n, "dtype": np.dtype(dtype).name, "kernel_ms": kernel * 1e3, "call_ms": call * 1e3,
+            "overhead_ms": (call - kernel) * 1e3, "pulled_back": pulled_back}
 
 
 def run(n: int, quick: bool = False, bar=None) -> dict:
@@ -172,7 +176,8 @@ def run(n: int, quick: bool = False, bar=None) -> dict:
         if bar is not None:
             bar.update()
     return {"n": n, "cases": [asdict(c) | {"name": c.name} for c in cases],
-            "families": [asdict(f) for f in families], "overhead": python_overhead(n)}
+            "families": [asdict(f) for f in families], "overhead": python_overhead(n),
+            "overhead_float32": python_overhead(n, dtype=np.float32)}
 
 
 def summary(result: dict, size: int | None = None) -> dict:
@@ -252,4 +257,10 @@ def markdown(result: dict, plot_name: str) -> str:
     o = result["overhead"]
     lines += ["", f"One `md.mentor` call on one row of n = {o['n']} (kl, eps = 0.05): {o['call_ms']:.3f} ms, of which "
               f"the kernel {o['kernel_ms']:.3f} ms and Python (validation, workspace, result) {o['overhead_ms']:.3f} ms."]
+    o = result["overhead_float32"]
+    lines += ["", f"The same row in float32: {o['call_ms']:.3f} ms, of which the kernel {o['kernel_ms']:.3f} ms and "
+              f"{o['overhead_ms']:.3f} ms besides. That includes D_f of the rounded r in float64, which "
+              "`divergence_value` reports and the budget is checked against, "
+              + ("and, as rounding took this row over its budget, the pull-back towards p with D of the pulled row."
+                 if o["pulled_back"] else "once (rounding kept this row within its budget: no pull-back).")]
     return "\n".join(lines)

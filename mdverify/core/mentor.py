@@ -251,3 +251,24 @@ def trace_slopes(trace, kind, alpha):
 def divergence_rows(R, P, kind, alpha, out):
     for i in prange(P.shape[0]):
         out[i] = divergence_row(R[i], P[i], kind, alpha, np.inf)
+
+
+@kernel(borrow=True)
+def toward(p, r, theta, out):
+    """out = p + theta (r - p), in float64 and rounded to out's dtype: a point of the segment
+    from p to r (``api._pull_back``)."""
+    for i in range(p.size):
+        pi = np.float64(p[i])
+        out[i] = pi + theta * (np.float64(r[i]) - pi)
+
+
+@kernel(reassociate=True, borrow=True)
+def acceptance_and_moved(r, p, q):
+    """(sum min(r, q), sum (r - p)_+) of one row, in float64, added in an order the compiler
+    chooses (vectorised)."""
+    acceptance = moved = 0.0
+    for i in range(p.size):
+        ri = np.float64(r[i])
+        acceptance += min(ri, np.float64(q[i]))
+        moved += max(ri - np.float64(p[i]), 0.0)
+    return acceptance, moved

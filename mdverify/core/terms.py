@@ -110,10 +110,50 @@ def divergence_of_terms(kind, alpha, terms, count, zero, spilled, limit):
     return sum_weighted_f_tilde(kind, alpha, terms[0], terms[1], 1.0, 0, count, value, limit, chunk)
 
 
+@kernel(borrow=True)
+def _ratios_carrying_terms(r, p, ratios):
+    """Write the ratios r_i / p_i of a chunk to ``ratios`` (float64); whether every token of it
+    carries a term of D (``needs_f_tilde``), counted without a branch (vectorised)."""
+    missing = 0
+    for j in range(p.size):
+        ri = np.float64(r[j])
+        t = ri / np.float64(p[j])
+        ratios[j] = t
+        missing += not needs_f_tilde(t, ri)
+    return missing == 0
+
+
+@kernel(borrow=True)
+def _divergence_in_one_pass(r, p, kind, alpha, limit, scratch):
+    """(complete, D) of ``divergence_row`` in one pass over the row, chunk by chunk while in
+    cache, without laying out its terms: where every token carries a term, the layout of
+    ``divergence_terms`` is the row itself, zero = spilled = 0, and the chunks and their sums
+    are those of ``divergence_of_terms``, bit for bit. ``complete`` is False, and D
+    meaningless, where a token does not carry one or a chunk's sum is not finite (the terms
+    are then laid out and summed term by term). ``scratch`` is float64 of shape (2, CHUNK)."""
+    ratios, terms = scratch[0], scratch[1]
+    total = 0.0
+    for first in range(0, p.size, CHUNK):
+        count = min(CHUNK, p.size - first)
+        if not _ratios_carrying_terms(r[first:first + count], p[first:first + count], ratios):
+            return False, total
+        weighted_f_tilde_terms(kind, alpha, ratios, p[first:first + count], 1.0, 0, count, terms)
+        total += sum_of_terms(terms, count)
+        if not total < np.inf:
+            return False, total
+        if total > limit:
+            return True, total
+    return True, total
+
+
 @kernel
 def divergence_row(r, p, kind, alpha, limit):
     """D_f(r || p) with the normalised generator; p_i = 0 < r_i terms cost r_i f'(inf). Or a
-    value over ``limit`` (inf for none) once D is seen to exceed it (``divergence_of_terms``)."""
+    value over ``limit`` (inf for none) once D is seen to exceed it (``divergence_of_terms``).
+    A row whose every token carries a term is summed in one pass (``_divergence_in_one_pass``)."""
+    complete, value = _divergence_in_one_pass(r, p, kind, alpha, limit, np.empty((2, CHUNK), np.float64))
+    if complete:
+        return value
     terms = np.empty((3, p.size), np.float64)
     count, zero, spilled = divergence_terms(r, p, terms)
     return divergence_of_terms(kind, alpha, terms, count, zero, spilled, limit)
