@@ -28,6 +28,8 @@ from mdverify.workloads.synthetic import _softmax, llm_rows, truncate_top_k, tru
 
 DIVERGENCES = ("kl", "reverse_kl", "hellinger", "jensen_shannon", "tv")
 BUDGETS = (1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0)
+#: The divergences of the float32 cases: the same rows rounded to float32, as decoders hold them.
+FLOAT32_DIVERGENCES = ("kl",)
 PEER_BUDGET = 0.05
 
 
@@ -96,10 +98,11 @@ class Case:
     sorted: float
     mentor: float
     sort_ms: float
+    dtype: str = "float64"
 
     @property
     def name(self) -> str:
-        return f"{self.family}, {self.divergence}, eps = {self.label}"
+        return f"{self.family}, {self.divergence}, eps = {self.label}" + (", float32" if self.dtype == "float32" else "")
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,7 @@ def _cases_of(family: str, p, q, divergences, budgets) -> list[Case]:
                      "mentor": seconds(lambda: md.mentor(p, q, eps, entry), repeat=3)}
             sort_s = min(sort_s, seconds(sort, repeat=3))
             cases.append(Case(family, name, float(eps), label, p.size, times["select"] / sort_s,
-                              times["sorted"] / sort_s, times["mentor"] / sort_s, sort_s * 1e3))
+                              times["sorted"] / sort_s, times["mentor"] / sort_s, sort_s * 1e3, p.dtype.name))
     return cases
 
 
@@ -172,6 +175,8 @@ def run(n: int, quick: bool = False, bar=None) -> dict:
         except ImportError:  # the neural pair needs the torch extra
             continue
         cases += _cases_of(family, p, q, divergences, budgets)
+        # The same rows as a decoder holds them in float32 (its sort: of float32 ratios), kl alone.
+        cases += _cases_of(family, p.astype(np.float32), q.astype(np.float32), FLOAT32_DIVERGENCES, budgets)
         families.append(_family_timing(family, p, q))
         if bar is not None:
             bar.update()
@@ -180,10 +185,10 @@ def run(n: int, quick: bool = False, bar=None) -> dict:
             "overhead_float32": python_overhead(n, dtype=np.float32)}
 
 
-def summary(result: dict, size: int | None = None) -> dict:
+def summary(result: dict, size: int | None = None, dtype: str = "float64") -> dict:
     """Per method: median and worst ratio to the sort, and the worst case's name; over the cases
-    of length ``size`` only, where given."""
-    cases = [c for c in result["cases"] if size is None or c["n"] == size]
+    of ``dtype``, and of length ``size`` only, where given."""
+    cases = [c for c in result["cases"] if (size is None or c["n"] == size) and c.get("dtype", "float64") == dtype]
     out = {}
     for method in ("select", "sorted", "mentor"):
         ratios = np.array([c[method] for c in cases])
@@ -201,7 +206,8 @@ def plot(result: dict, path) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     methods = list(METHOD_LABELS)
-    data = [[c[m] for c in result["cases"]] for m in methods]
+    cases = [c for c in result["cases"] if c.get("dtype", "float64") == "float64"]
+    data = [[c[m] for c in cases] for m in methods]
     ax.boxplot(data, whis=(0, 100), widths=0.5)
     rng = np.random.default_rng(0)
     for i, values in enumerate(data, start=1):
@@ -211,7 +217,7 @@ def plot(result: dict, path) -> None:
     ax.axhline(1.0, color="gray", ls=":", lw=1, label="the sort")
     ax.set_yscale("log")
     ax.set_ylabel("time / np.sort of the row's ratios")
-    ax.set_title(f"{len(result['cases'])} cases: {len(FAMILIES)} row families, budgets, divergences (n = {result['n']})")
+    ax.set_title(f"{len(cases)} float64 cases: {len(FAMILIES)} row families, budgets, divergences (n = {result['n']})")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
@@ -221,31 +227,37 @@ def plot(result: dict, path) -> None:
 
 def markdown(result: dict, plot_name: str) -> str:
     s = summary(result)
-    lines = [f"Every solver against `np.sort` of the same row's ratios, side by side, over {len(result['cases'])} "
-             f"cases: {len(FAMILIES)} row families, divergences {', '.join(sorted({c['divergence'] for c in result['cases']}))}, "
+    wide = [c for c in result["cases"] if c.get("dtype", "float64") == "float64"]
+    lines = [f"Every solver against `np.sort` of the same row's ratios, side by side, over {len(wide)} float64 "
+             f"cases: {len(FAMILIES)} row families, divergences {', '.join(sorted({c['divergence'] for c in wide}))}, "
              f"budgets {', '.join(sorted({c['label'] for c in result['cases']}, key=lambda x: (x == 'D(q||p)', x)))} "
-             f"(D(q||p): where r = q is first reached), n = {result['n']} (the n-gram rows: their vocabulary).", "",
+             f"(D(q||p): where r = q is first reached), n = {result['n']} (the n-gram rows: their vocabulary); and "
+             f"the same rows rounded to float32, as a decoder holds them, for {', '.join(FLOAT32_DIVERGENCES)} (each "
+             "against the sort of its float32 ratios; the plot shows the float64 cases).", "",
              f"![ratio to the sort across row families]({plot_name})", "",
              "| method | cases | median / sort | worst / sort | cases within 0.5x | worst case |",
              "|---|---|---|---|---|---|"]
     at_n = summary(result, result["n"])
+    narrow = summary(result, result["n"], "float32")
     for method, label in METHOD_LABELS.items():
-        for scope, m in (("all", s[method]), (f"n = {result['n']}", at_n[method])):
+        for scope, m in (("all", s[method]), (f"n = {result['n']}", at_n[method]),
+                         (f"float32, n = {result['n']}", narrow[method])):
             lines.append(f"| {label} | {scope} ({m['cases']}) | {m['median']:.2f} | {m['worst']:.2f} "
                          f"| {100 * m['share_within_half']:.0f}% | {m['worst_case']} |")
-    sort_at_n = np.median([c["sort_ms"] for c in result["cases"] if c["n"] == result["n"]])
+    sort_at_n = np.median([c["sort_ms"] for c in wide if c["n"] == result["n"]])
     lines += ["", f"The sort itself, the unit of every ratio: {sort_at_n:.2f} ms at n = {result['n']} (median over "
               "the cases). Its speed depends several-fold on the SIMD kernels numpy dispatches to (named with the "
-              "machine), so set a ratio beside that time when comparing machines."]
-    small = sorted({(c["family"], c["n"]) for c in result["cases"] if c["n"] != result["n"]})
+              "machine), so set a ratio beside that time when comparing machines. The float32 rows' sort: "
+              f"{np.median([c['sort_ms'] for c in result['cases'] if c['n'] == result['n'] and c not in wide]):.2f} ms."]
+    small = sorted({(c["family"], c["n"]) for c in wide if c["n"] != result["n"]})
     if small:
-        sort_ms = np.median([c["sort_ms"] for c in result["cases"] if c["n"] != result["n"]])
+        sort_ms = np.median([c["sort_ms"] for c in wide if c["n"] != result["n"]])
         lines += ["", f"The n = {result['n']} lines leave out the rows of "
                   + ", ".join(f"{family} (n = {n})" for family, n in small)
                   + f": their sort takes {sort_ms * 1e3:.0f} us (median), against "
                   f"{result['overhead']['overhead_ms'] * 1e3:.0f} us for the Python part of one `md.mentor` call "
                   "(below)."]
-    reference = [c for c in result["cases"] if c["family"].startswith("reference") and c["divergence"] == "kl"]
+    reference = [c for c in wide if c["family"].startswith("reference") and c["divergence"] == "kl"]
     if reference:
         lines += ["", "The reference row (kl), one line of the table rather than its headline: "
                   + ", ".join(f"eps {c['label']}: select {c['select']:.2f}x" for c in reference) + "."]
