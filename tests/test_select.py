@@ -135,10 +135,38 @@ def test_r_equals_q_is_recognised_on_long_rows():
     p, q = FAMILIES["unrelated drafter"](131072, np.random.default_rng(1000 + families.index("unrelated drafter")))
     for name in ("jensen_shannon", "hellinger", "tv"):
         entry = md.divergence(name)
-        found, _, state, q0, base = select._drafter_state(p, q, np.inf, entry.kind, entry.param, np.inf,
-                                                        np.empty((4, p.size)))
+        found, _, state, q0, base, _ = select._drafter_state(p, q, np.inf, entry.kind, entry.param, np.inf,
+                                                             np.empty((4, p.size)))
         assert found, name
         assert base + state[select.M] == pytest.approx(1.0, abs=1e-15)
+
+
+@pytest.mark.parametrize("family", ["near-identical pair", "Zipf, strong drafter noise", "LLM-like, T = 1.5",
+                                    "unrelated drafter"])
+def test_float32_rows_short_of_r_equals_q_on_one_side_are_bracketed_at_once(family):
+    """A float32 row's p and q sum to totals apart by their rounding: where r = q is within the
+    budget, the walk ends at m_max short of it on one side (the drafter test refuses r = q
+    without finding it over the budget, and gives the difference). The first level of
+    ``_unbalanced_levels`` holds that end: the released side at its extreme ratio, the other
+    bracketed from the sample; select ends where the sorted walk does."""
+    from mdverify.bench.families import FAMILIES
+    from mdverify.core import select
+
+    k = list(FAMILIES).index(family)
+    p, q = (x.astype(np.float32) for x in FAMILIES[family](65536, np.random.default_rng(1000 + k)))
+    work = np.empty((4, p.size))
+    _, _, _, ps, qs = select._sample(p, q, work, False)
+    for name in ("kl", "hellinger", "tv"):
+        entry = md.divergence(name)
+        eps = 2.0 * float(entry.value(q, p))
+        found, beyond, state, _, _, excess = select._drafter_state(p, q, eps, entry.kind, entry.param, np.inf, work)
+        assert not found and not beyond and excess != 0.0, name
+        levels = select._unbalanced_levels(np.empty((0, 4)), state[select.A], state[select.B], excess, ps, qs)
+        confirmed, hits = select.screened_walk(p, q, eps, entry.kind, entry.param, work, tuple(levels[0]), np.inf)[:2]
+        assert confirmed and not hits.any(), name
+        ours, ref = (md.mentor(p, q, eps, entry, method=method) for method in ("select", "sorted"))
+        np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12, err_msg=name)
+        assert ours.acceptance == pytest.approx(ref.acceptance, abs=1e-12), name
 
 
 def test_the_sample_is_searched_only_where_r_equals_q_exceeds_the_budget_on_it():

@@ -100,6 +100,7 @@ DRAFTER_BALANCE = 1e-14
 _MARGIN = 1e-12
 #: Relative distance within which two moved masses summed in different orders are equal.
 _ENDS = 1e-14
+_SMALLEST_SUBNORMAL = 5e-324
 _LEAST_NORMAL = 2.0 ** -1022
 #: Relative distance within which sample keys count as tied (``_reach``): ratios equal on the
 #: row come out of the sample's weights a few ulps apart; four times the screen's SLACK.
@@ -349,7 +350,7 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
             levels, reaches_drafter = _sample_bounds(p.size, tokens, ps, qs, eps, kind, alpha, slope_limit)
         found = misjudged = False
         if reaches_drafter:  # most often r = q, every token released
-            found, misjudged, state, q0, base = _drafter_state(p, q, eps, kind, alpha, slope_limit, work)
+            found, misjudged, state, q0, base, excess = _drafter_state(p, q, eps, kind, alpha, slope_limit, work)
             binding = False
         # Else the budget binds, or the row's end m_max falls short of r = q (drafter mass where
         # p = 0, float32 sums), or the sample misjudged: the screen's bounds hold the thresholds.
@@ -357,6 +358,8 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
             if levels.shape[0] == 0:
                 levels, _ = _sample_bounds(p.size, tokens, ps, qs, eps, kind, alpha, slope_limit)
             first = MISJUDGED_LEVEL if misjudged else 0
+            if reaches_drafter and not misjudged:  # r = q within the budget, the sides unbalanced
+                levels = _unbalanced_levels(levels, state[A], state[B], excess, ps, qs)
             found, state, binding, q0, base = _screen_by_levels(p, q, eps, kind, alpha, work, levels[first:],
                                                                 slope_limit, reaches_drafter)
         if found:
@@ -364,6 +367,50 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
     elif check and not row_valid(p, q, sum_tolerance(p)):
         return False, np.zeros(STATE_SIZE, np.float64), False, 0.0, 0.0
     return (True,) + _search_all(p, q, eps, kind, alpha, work, slope_limit, work, p, q)
+
+
+@kernel
+def _unbalanced_levels(levels, least, greatest, excess, ps, qs):
+    """Bounds for a row on which r = q is within the budget but the sides' capacities differ by
+    ``excess`` (low minus high; float32 rows, whose p and q sum to totals apart by their
+    rounding): the walk ends at m_max with the side of the lesser capacity wholly released,
+    its threshold at its extreme ratio (``least`` or ``greatest``, the row's), and the other's
+    threshold where its tokens beyond it hold |excess| unmoved. A first level brackets the one
+    tightly and the other from the sample (``_beyond_holding``); the sample's levels
+    ``levels`` follow, their outer bounds widened past the extremes."""
+    below, above = least * (1.0 - 4.0 * SLACK), greatest * (1.0 + 4.0 * SLACK)
+    out = np.empty((levels.shape[0] + 1, 4), np.float64)
+    target = abs(excess) * SAMPLE_REACH[0]
+    if excess < 0.0:  # the low side wholly released, at its least ratio; the high one stops short
+        out[0] = (below, max(least * (1.0 + 4.0 * SLACK), _SMALLEST_SUBNORMAL), _beyond_holding(ps, qs, target, -1.0),
+                  above)
+    else:  # the high side wholly released, at its greatest ratio; the low one stops short
+        out[0] = (below, _beyond_holding(ps, qs, target, 1.0), greatest * (1.0 - 4.0 * SLACK), above)
+    for level in range(levels.shape[0]):
+        out[level + 1] = (min(levels[level, 0], below), levels[level, 1], levels[level, 2], max(levels[level, 3], above))
+    return out
+
+
+@kernel
+def _beyond_holding(ps, qs, target, s):
+    """The sample's ratio c nearest 1 on one side (s = 1: low, c < 1; s = -1: high, c > 1)
+    beyond which its tokens hold at least ``target`` unmoved at threshold c, sum (c p - q)_+
+    below it or sum (q - c p)_+ above it; 1 where none does."""
+    m = ps.size
+    keys = np.empty(m, np.float64)
+    for j in range(m):
+        keys[j] = s * (qs[j] / ps[j]) if ps[j] > 0.0 else s * np.inf
+    order = np.argsort(keys)  # the side's extreme first
+    p_beyond = q_beyond = 0.0
+    for j in order:
+        c = s * keys[j]
+        if not s * c < s * 1.0:  # past 1: the other side
+            break
+        if c < np.inf and s * (c * p_beyond - q_beyond) >= target:
+            return c
+        p_beyond += ps[j]
+        q_beyond += qs[j]
+    return 1.0
 
 
 @kernel
@@ -454,7 +501,7 @@ def _drafter_at_end(p, q, eps, kind, alpha, slope_limit, work, state, binding):
     it, which r = q, if that is the end, summed that way is within."""
     if binding or state[D] <= eps:
         return False, state, 0.0, 0.0
-    found, _, drafter, q0, base = _drafter_state(p, q, eps, kind, alpha, slope_limit, work)
+    found, _, drafter, q0, base, _ = _drafter_state(p, q, eps, kind, alpha, slope_limit, work)
     return found, drafter, q0, base
 
 
@@ -852,14 +899,15 @@ def _overlap_totals(sums):
 
 @kernel
 def _drafter_state(p, q, eps, kind, alpha, slope_limit, work):
-    """(found, beyond, state, q0, base) for r = q, which accepts every drafted token and so is
+    """(found, beyond, state, q0, base, excess) for r = q, which accepts every drafted token and so is
     optimal when D_f(q || p) <= eps and the frontier's last slope is at most ``slope_limit`` (a
     price buys all of it); ``beyond`` when it is not (r = q lies past the budget or the price);
     and the walk's final state for it (every token released, a and b at the extreme ratios,
     the budget not binding).
 
     ``found`` also requires the sides' capacities to balance (up to DRAFTER_BALANCE): when q
-    and p sum to different totals (float32 rows), the optimum stops short of r = q on one side.
+    and p sum to different totals (float32 rows), the optimum stops short of r = q on one side,
+    and ``excess`` (the low capacity less the high one and q0) says which and by how much.
     The sums are those of ``_compacted_sums``; on a row where every token has q > 0 and a
     finite ratio (or that ends in padding), ``_complete_sums`` gives the same, bit for bit, in
     one pass.
@@ -872,13 +920,13 @@ def _drafter_state(p, q, eps, kind, alpha, slope_limit, work):
     state = np.zeros(STATE_SIZE, np.float64)
     state[D] = value if _last_slope(kind, alpha, a, b, q0) <= slope_limit else np.inf
     if not (state[D] <= eps and state[D] < np.inf):
-        return False, True, state, 0.0, 0.0
+        return False, True, state, 0.0, 0.0, 0.0
     state[M] = min(capacity_low, capacity_high + q0)
     state[A] = a
     state[B] = b
     state[FILL] = q0
-    balanced = abs(capacity_low - capacity_high - q0) <= DRAFTER_BALANCE
-    return balanced, False, state, q0, base
+    excess = capacity_low - capacity_high - q0
+    return abs(excess) <= DRAFTER_BALANCE, False, state, q0, base, excess
 
 
 @kernel
@@ -1207,14 +1255,19 @@ def _search(work, split, unsummed, low_sums, high_sums, eps, kind, alpha, slope_
     a_min = max(low_sums[CLIP_MAX], 0.0)
     b_bottom = -high_sums[REL_MIN]
     b_max = -high_sums[CLIP_MAX]
-    m_low_start = low_sums[M_REL] + (1.0 - a_top) * p_low
-    m_low_end = low_sums[M_REL] + (1.0 - a_min) * p_low
-    m_high_start = high_sums[M_REL] + (b_bottom - 1.0) * p_high
+    # A side with no clipped group has released every token: its moved mass is its capacity,
+    # the very number m_max is taken from (its released masses, summed in another order over
+    # up to n terms, can differ from that by more than the tolerance below).
+    low_moved = low_sums[M_REL] if p_low > 0.0 else capacity_low
+    high_moved = high_sums[M_REL] if p_high > 0.0 else capacity_high
+    m_low_start = low_moved + (1.0 - a_top) * p_low
+    m_low_end = low_moved + (1.0 - a_min) * p_low
+    m_high_start = high_moved + (b_bottom - 1.0) * p_high
     if p_high > 0.0:
-        m_high_end = high_sums[M_REL] + (b_max - 1.0) * p_high
+        m_high_end = high_moved + (b_max - 1.0) * p_high
     else:
         b_max = b_bottom
-        m_high_end = high_sums[M_REL] + (q0 if fill_open else 0.0)
+        m_high_end = high_moved + (q0 if fill_open else 0.0)
     m_start = max(m_low_start, m_high_start, 0.0)
     m_end = min(m_low_end, m_high_end, m_max)
     # m_max and the segment ends are sums in different orders: equal within rounding.
