@@ -7,8 +7,8 @@ import pytest
 
 import mdverify as md
 from mdverify.core import select
-from mdverify.core.terms import (CHUNK, _divergence_in_one_pass, divergence_of_terms, divergence_row, divergence_terms, sum_weighted_f_tilde,
-                                 weighted_f_tilde)
+from mdverify.core.terms import (CHUNK, _divergence_in_one_pass, divergence_of_terms, divergence_row,
+                                 divergence_terms, sum_weighted_f_tilde, weighted_f_tilde)
 from mdverify.bench.families import FAMILIES
 
 

@@ -102,7 +102,8 @@ class Case:
 
     @property
     def name(self) -> str:
-        return f"{self.family}, {self.divergence}, eps = {self.label}" + (", float32" if self.dtype == "float32" else "")
+        suffix = ", float32" if self.dtype == "float32" else ""
+        return f"{self.family}, {self.divergence}, eps = {self.label}{suffix}"
 
 
 @dataclass(frozen=True)
@@ -245,10 +246,11 @@ def markdown(result: dict, plot_name: str) -> str:
             lines.append(f"| {label} | {scope} ({m['cases']}) | {m['median']:.2f} | {m['worst']:.2f} "
                          f"| {100 * m['share_within_half']:.0f}% | {m['worst_case']} |")
     sort_at_n = np.median([c["sort_ms"] for c in wide if c["n"] == result["n"]])
+    narrow_sort = np.median([c["sort_ms"] for c in result["cases"] if c["n"] == result["n"] and c not in wide])
     lines += ["", f"The sort itself, the unit of every ratio: {sort_at_n:.2f} ms at n = {result['n']} (median over "
               "the cases). Its speed depends several-fold on the SIMD kernels numpy dispatches to (named with the "
               "machine), so set a ratio beside that time when comparing machines. The float32 rows' sort: "
-              f"{np.median([c['sort_ms'] for c in result['cases'] if c['n'] == result['n'] and c not in wide]):.2f} ms."]
+              f"{narrow_sort:.2f} ms."]
     small = sorted({(c["family"], c["n"]) for c in wide if c["n"] != result["n"]})
     if small:
         sort_ms = np.median([c["sort_ms"] for c in wide if c["n"] != result["n"]])

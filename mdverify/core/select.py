@@ -100,6 +100,7 @@ DRAFTER_BALANCE = 1e-14
 _MARGIN = 1e-12
 #: Relative distance within which two moved masses summed in different orders are equal.
 _ENDS = 1e-14
+#: The least positive float: a bound just above a ratio of 0 (``_unbalanced_levels``).
 _SMALLEST_SUBNORMAL = 5e-324
 _LEAST_NORMAL = 2.0 ** -1022
 #: Relative distance within which sample keys count as tied (``_reach``): ratios equal on the
@@ -387,7 +388,8 @@ def _unbalanced_levels(levels, least, greatest, excess, ps, qs):
     else:  # the high side wholly released, at its greatest ratio; the low one stops short
         out[0] = (below, _beyond_holding(ps, qs, target, 1.0), greatest * (1.0 - 4.0 * SLACK), above)
     for level in range(levels.shape[0]):
-        out[level + 1] = (min(levels[level, 0], below), levels[level, 1], levels[level, 2], max(levels[level, 3], above))
+        a_lo, a_hi, b_lo, b_hi = levels[level]
+        out[level + 1] = (min(a_lo, below), a_hi, b_lo, max(b_hi, above))
     return out
 
 
@@ -899,11 +901,11 @@ def _overlap_totals(sums):
 
 @kernel
 def _drafter_state(p, q, eps, kind, alpha, slope_limit, work):
-    """(found, beyond, state, q0, base, excess) for r = q, which accepts every drafted token and so is
-    optimal when D_f(q || p) <= eps and the frontier's last slope is at most ``slope_limit`` (a
-    price buys all of it); ``beyond`` when it is not (r = q lies past the budget or the price);
-    and the walk's final state for it (every token released, a and b at the extreme ratios,
-    the budget not binding).
+    """(found, beyond, state, q0, base, excess) for r = q, which accepts every drafted token and
+    so is optimal when D_f(q || p) <= eps and the frontier's last slope is at most
+    ``slope_limit`` (a price buys all of it); ``beyond`` when it is not (r = q lies past the
+    budget or the price); and the walk's final state for it (every token released, a and b at
+    the extreme ratios, the budget not binding).
 
     ``found`` also requires the sides' capacities to balance (up to DRAFTER_BALANCE): when q
     and p sum to different totals (float32 rows), the optimum stops short of r = q on one side,
