@@ -146,9 +146,11 @@ def test_r_equals_q_is_recognised_on_long_rows():
 def test_float32_rows_short_of_r_equals_q_on_one_side_are_bracketed_at_once(family):
     """A float32 row's p and q sum to totals apart by their rounding: where r = q is within the
     budget, the walk ends at m_max short of it on one side (the drafter test refuses r = q
-    without finding it over the budget, and gives the difference). The first level of
-    ``_unbalanced_levels`` holds that end: the released side at its extreme ratio, the other
-    bracketed from the sample; select ends where the sorted walk does."""
+    without finding it over the budget, and gives the difference). ``_unbalanced_end`` finds
+    that end from the tokens beyond the sample's bound, and the first level of
+    ``_unbalanced_levels``, which the screen takes where it does not, holds it too (the released
+    side at its extreme ratio, the other bracketed from the sample); select ends where the
+    sorted walk does."""
     from mdverify.bench.families import FAMILIES
     from mdverify.core import select
 
@@ -164,6 +166,7 @@ def test_float32_rows_short_of_r_equals_q_on_one_side_are_bracketed_at_once(fami
         levels = select._unbalanced_levels(np.empty((0, 4)), state[select.A], state[select.B], excess, ps, qs)
         confirmed, hits = select.screened_walk(p, q, eps, entry.kind, entry.param, work, tuple(levels[0]), np.inf)[:2]
         assert confirmed and not hits.any(), name
+        assert select._unbalanced_end(p, q, entry.kind, entry.param, state, excess, ps, qs, work)[0], name
         ours, ref = (md.mentor(p, q, eps, entry, method=method) for method in ("select", "sorted"))
         np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12, err_msg=name)
         assert ours.acceptance == pytest.approx(ref.acceptance, abs=1e-12), name

@@ -360,6 +360,9 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
                 levels, _ = _sample_bounds(p.size, tokens, ps, qs, eps, kind, alpha, slope_limit)
             first = MISJUDGED_LEVEL if misjudged else 0
             if reaches_drafter and not misjudged:  # r = q within the budget, the sides unbalanced
+                found, state = _unbalanced_end(p, q, kind, alpha, state, excess, ps, qs, work)
+                if found:
+                    return True, state, False, q0, base
                 levels = _unbalanced_levels(levels, state[A], state[B], excess, ps, qs)
             found, state, binding, q0, base = _screen_by_levels(p, q, eps, kind, alpha, work, levels[first:],
                                                                 slope_limit, reaches_drafter)
@@ -391,6 +394,63 @@ def _unbalanced_levels(levels, least, greatest, excess, ps, qs):
         a_lo, a_hi, b_lo, b_hi = levels[level]
         out[level + 1] = (min(a_lo, below), a_hi, b_lo, max(b_hi, above))
     return out
+
+
+@kernel
+def _unbalanced_end(p, q, kind, alpha, drafter, excess, ps, qs, work):
+    """(found, state): the walk's end on a row where r = q is within the budget but the sides'
+    capacities differ by ``excess`` (``_unbalanced_levels``), from r = q's state ``drafter``.
+    The side of the greater capacity stops at the threshold x where its tokens beyond x hold
+    |excess| unmoved: sum (x p - q) over t < x (low, excess > 0) or sum (q - x p) over t > x
+    (high); only they differ from r = q, clipped at x, and D loses p (f~(t) - f~(x)) on each.
+    They lie beyond the sample's bound of ``_beyond_holding``: gathered in one pass, sorted,
+    and accumulated from the extreme until x is found. ``found`` is False where they hold too
+    little (the sample misjudged), or where the drafter has mass on tokens with p = 0."""
+    state = drafter.copy()
+    if drafter[FILL] > 0.0 or excess == 0.0:
+        return False, state
+    s = 1.0 if excess > 0.0 else -1.0  # the side that stops short: low (1) or high (-1)
+    target = abs(excess)
+    bound = _beyond_holding(ps, qs, target * SAMPLE_REACH[0], s)
+    keys, weights, masses = work[0], work[1], work[2]
+    # The side's tokens beyond the bound, tested without a division (a few there are taken
+    # that lie just inside it: every token left out lies inside it).
+    scaled = bound * (1.0 + s * 4.0 * SLACK)
+    count = 0
+    for i in range(p.size):
+        pi, qi = np.float64(p[i]), np.float64(q[i])
+        if s * qi < s * scaled * pi:  # p = q = 0 is not (and no token has p = 0 < q)
+            keys[count] = s * (qi / pi)
+            weights[count] = pi
+            masses[count] = qi
+            count += 1
+    order = np.argsort(keys[:count])  # the extreme first
+    p_beyond = q_beyond = 0.0
+    x = np.nan
+    for j in order:
+        t = s * keys[j]
+        if p_beyond > 0.0 and s * (t * p_beyond - q_beyond) >= target:
+            break  # x lies before this token
+        p_beyond += weights[j]
+        q_beyond += masses[j]
+    else:
+        if not s * (bound * p_beyond - q_beyond) >= target:
+            return False, state  # the tokens beyond the bound hold too little
+    x = (q_beyond + s * target) / p_beyond
+    loss = 0.0
+    for j in order:
+        t = s * keys[j]
+        if not s * t < s * x:
+            break
+        loss += weighted_f_tilde(kind, alpha, weights[j], t) - weighted_f_tilde(kind, alpha, weights[j], x)
+    state[D] = drafter[D] - loss
+    if s > 0.0:
+        state[A] = x
+        state[K_LOW] = 1.0
+    else:
+        state[B] = x
+        state[K_HIGH] = 1.0
+    return True, state
 
 
 @kernel
