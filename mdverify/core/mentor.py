@@ -249,6 +249,12 @@ def trace_slopes(trace, kind, alpha):
 
 @kernel(parallel=True)
 def divergence_rows(R, P, kind, alpha, out):
+    """out[i] = D_f(R[i] || P[i]) for every row, in parallel; one row without starting a parallel
+    region, whose start waits for its threads where other work keeps the cores busy (8 ms
+    against the row's own 0.06 ms at n = 16384, measured beside a test run)."""
+    if P.shape[0] == 1:
+        out[0] = divergence_row(R[0], P[0], kind, alpha, np.inf)
+        return
     for i in prange(P.shape[0]):
         out[i] = divergence_row(R[i], P[i], kind, alpha, np.inf)
 
