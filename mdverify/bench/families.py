@@ -98,7 +98,7 @@ class Case:
     sorted: float
     mentor: float
     sort_ms: float
-    dtype: str = "float64"
+    dtype: str
 
     @property
     def name(self) -> str:
@@ -186,10 +186,15 @@ def run(n: int, quick: bool = False, bar=None) -> dict:
             "overhead_float32": python_overhead(n, dtype=np.float32)}
 
 
+def _in_dtype(cases: list[dict], dtype: str = "float64") -> list[dict]:
+    """The cases whose rows are of ``dtype``."""
+    return [c for c in cases if c["dtype"] == dtype]
+
+
 def summary(result: dict, size: int | None = None, dtype: str = "float64") -> dict:
     """Per method: median and worst ratio to the sort, and the worst case's name; over the cases
     of ``dtype``, and of length ``size`` only, where given."""
-    cases = [c for c in result["cases"] if (size is None or c["n"] == size) and c.get("dtype", "float64") == dtype]
+    cases = [c for c in _in_dtype(result["cases"], dtype) if size is None or c["n"] == size]
     out = {}
     for method in ("select", "sorted", "mentor"):
         ratios = np.array([c[method] for c in cases])
@@ -207,7 +212,7 @@ def plot(result: dict, path) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     methods = list(METHOD_LABELS)
-    cases = [c for c in result["cases"] if c.get("dtype", "float64") == "float64"]
+    cases = _in_dtype(result["cases"])
     data = [[c[m] for c in cases] for m in methods]
     ax.boxplot(data, whis=(0, 100), widths=0.5)
     rng = np.random.default_rng(0)
@@ -228,7 +233,7 @@ def plot(result: dict, path) -> None:
 
 def markdown(result: dict, plot_name: str) -> str:
     s = summary(result)
-    wide = [c for c in result["cases"] if c.get("dtype", "float64") == "float64"]
+    wide = _in_dtype(result["cases"])
     lines = [f"Every solver against `np.sort` of the same row's ratios, side by side, over {len(wide)} float64 "
              f"cases: {len(FAMILIES)} row families, divergences {', '.join(sorted({c['divergence'] for c in wide}))}, "
              f"budgets {', '.join(sorted({c['label'] for c in result['cases']}, key=lambda x: (x == 'D(q||p)', x)))} "
@@ -246,7 +251,7 @@ def markdown(result: dict, plot_name: str) -> str:
             lines.append(f"| {label} | {scope} ({m['cases']}) | {m['median']:.2f} | {m['worst']:.2f} "
                          f"| {100 * m['share_within_half']:.0f}% | {m['worst_case']} |")
     sort_at_n = np.median([c["sort_ms"] for c in wide if c["n"] == result["n"]])
-    narrow_sort = np.median([c["sort_ms"] for c in result["cases"] if c["n"] == result["n"] and c not in wide])
+    narrow_sort = np.median([c["sort_ms"] for c in _in_dtype(result["cases"], "float32") if c["n"] == result["n"]])
     lines += ["", f"The sort itself, the unit of every ratio: {sort_at_n:.2f} ms at n = {result['n']} (median over "
               "the cases). Its speed depends several-fold on the SIMD kernels numpy dispatches to (named with the "
               "machine), so set a ratio beside that time when comparing machines. The float32 rows' sort: "

@@ -426,7 +426,6 @@ def _unbalanced_end(p, q, kind, alpha, drafter, excess, ps, qs, work):
             count += 1
     order = np.argsort(keys[:count])  # the extreme first
     p_beyond = q_beyond = 0.0
-    x = np.nan
     for j in order:
         t = s * keys[j]
         if p_beyond > 0.0 and s * (t * p_beyond - q_beyond) >= target:
