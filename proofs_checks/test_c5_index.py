@@ -17,6 +17,7 @@ import mdverify as md
 from mdverify.core.index import build_index, split_sides
 from mdverify.workloads import divergence_suite, edge_rows, families, llm_rows
 from mdverify.workloads.instances import report
+from mdverify.workloads.synthetic import truncate_top_k
 
 DIVERGENCES = divergence_suite()
 
@@ -28,6 +29,8 @@ def test_the_index_is_the_stable_sort_of_each_side():
     rows += [(p, q) for _, p, q in edge_rows()]
     rows += list(zip(*llm_rows(40000, 2, seed=503, truncate="both")))
     rows += list(zip(*llm_rows(5000, 2, seed=504, dtype=np.float32)))
+    # A top-k drafter: most of the low side has rho = 0 and is placed before the rest is sorted.
+    rows += [(p, truncate_top_k(q, 2000)) for p, q in zip(*llm_rows(40000, 2, seed=505))]
     for p, q in rows:
         key, weight = np.empty(p.size), np.empty(p.size)
         n_low, n_high = split_sides(p, q, key, weight)[:2]
