@@ -163,7 +163,8 @@ def test_float32_rows_short_of_r_equals_q_on_one_side_are_bracketed_at_once(fami
         eps = 2.0 * float(entry.value(q, p))
         found, beyond, state, _, _, excess = select._drafter_state(p, q, eps, entry.kind, entry.param, np.inf, work)
         assert not found and not beyond and excess != 0.0, name
-        levels = select._unbalanced_levels(np.empty((0, 4)), state[select.A], state[select.B], excess, ps, qs)
+        levels = select._unbalanced_levels(np.empty((0, 4)), state[select.A], state[select.B], excess, ps, qs,
+                                           select.SAMPLE_REACH[0])
         confirmed, hits = select.screened_walk(p, q, eps, entry.kind, entry.param, work, tuple(levels[0]), np.inf)[:2]
         assert confirmed and not hits.any(), name
         assert select._unbalanced_end(p, q, entry.kind, entry.param, state, excess, ps, qs, work)[0], name

@@ -363,7 +363,10 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
                 found, state = _unbalanced_end(p, q, kind, alpha, state, excess, ps, qs, work)
                 if found:
                     return True, state, False, q0, base
-                levels = _unbalanced_levels(levels, state[A], state[B], excess, ps, qs)
+                # It declines drafter mass where p = 0, which the first reach still brackets;
+                # elsewhere it failed as the tokens within that reach held too little.
+                reach = SAMPLE_REACH[0] if state[FILL] > 0.0 else SAMPLE_REACH[1]
+                levels = _unbalanced_levels(levels, state[A], state[B], excess, ps, qs, reach)
             found, state, binding, q0, base = _screen_by_levels(p, q, eps, kind, alpha, work, levels[first:],
                                                                 slope_limit, reaches_drafter)
         if found:
@@ -374,17 +377,18 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
 
 
 @kernel
-def _unbalanced_levels(levels, least, greatest, excess, ps, qs):
+def _unbalanced_levels(levels, least, greatest, excess, ps, qs, reach):
     """Bounds for a row on which r = q is within the budget but the sides' capacities differ by
     ``excess`` (low minus high; float32 rows, whose p and q sum to totals apart by their
     rounding): the walk ends at m_max with the side of the lesser capacity wholly released,
     its threshold at its extreme ratio (``least`` or ``greatest``, the row's), and the other's
     threshold where its tokens beyond it hold |excess| unmoved. A first level brackets the one
-    tightly and the other from the sample (``_beyond_holding``); the sample's levels
-    ``levels`` follow, their outer bounds widened past the extremes."""
+    tightly and the other from the sample, where its tokens hold ``reach`` |excess|
+    (``_beyond_holding``); the sample's levels ``levels`` follow, their outer bounds widened
+    past the extremes."""
     below, above = least * (1.0 - 4.0 * SLACK), greatest * (1.0 + 4.0 * SLACK)
     out = np.empty((levels.shape[0] + 1, 4), np.float64)
-    target = abs(excess) * SAMPLE_REACH[0]
+    target = abs(excess) * reach
     if excess < 0.0:  # the low side wholly released, at its least ratio; the high one stops short
         out[0] = (below, max(least * (1.0 + 4.0 * SLACK), _SMALLEST_SUBNORMAL), _beyond_holding(ps, qs, target, -1.0),
                   above)
