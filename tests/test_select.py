@@ -173,6 +173,29 @@ def test_float32_rows_short_of_r_equals_q_on_one_side_are_bracketed_at_once(fami
         assert ours.acceptance == pytest.approx(ref.acceptance, abs=1e-12), name
 
 
+def test_where_the_tokens_beyond_the_first_reach_hold_too_little_the_second_brackets_the_end():
+    """A float32 row on which ``_unbalanced_end`` fails, the sample's tokens beyond its bound
+    holding less than the row's do there: a first level at that same reach would be refused
+    at the bound just found wanting; at the second reach, which the search takes there, it
+    confirms at once."""
+    from mdverify.bench.families import FAMILIES
+    from mdverify.core import select
+
+    p, q = (x.astype(np.float32) for x in FAMILIES["LLM-like, T = 0.7"](131072, np.random.default_rng(1200)))
+    work = np.empty((4, p.size))
+    _, _, _, ps, qs = select._sample(p, q, work, False)
+    entry = md.divergence("kl")
+    eps = 2.0 * float(entry.value(q, p))
+    _, _, state, _, _, excess = select._drafter_state(p, q, eps, entry.kind, entry.param, np.inf, work)
+    assert excess != 0.0 and state[select.FILL] == 0.0
+    assert not select._unbalanced_end(p, q, entry.kind, entry.param, state, excess, ps, qs, work)[0]
+    for reach, confirms in zip(select.SAMPLE_REACH[:2], (False, True)):
+        levels = select._unbalanced_levels(np.empty((0, 4)), state[select.A], state[select.B], excess, ps, qs, reach)
+        assert select.screened_walk(p, q, eps, entry.kind, entry.param, work, tuple(levels[0]), np.inf)[0] == confirms
+    ours, ref = (md.mentor(p, q, eps, entry, method=method) for method in ("select", "sorted"))
+    np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12)
+
+
 def test_the_sample_is_searched_only_where_r_equals_q_exceeds_the_budget_on_it():
     """Where D(q || p) over the sample is within the budget (``_within_on_sample``), its search
     would not bind either (it stops at the end m_max, whose D is at most that of r = q), so
