@@ -17,7 +17,6 @@ truncated, both truncated, tied, float32) and the edge rows, every divergence, b
   multipliers moved 1% give a gap visibly larger than at the result's own.
 """
 
-import numpy as np
 import pytest
 
 import mdverify as md

@@ -1,7 +1,8 @@
 """The stable sort behind the ratio index, against numpy's stable argsort.
 
-The radix sort orders keys by the 30 highest bits in which they differ, then the runs those
-bits leave tied by the rest; the keys below are built to reach every way a run is ordered.
+The radix sort orders keys by the 30 highest bits of their offsets from the least key, then
+the runs those bits leave tied by their whole keys; the keys below are built to reach every
+way a run is ordered.
 """
 
 import numpy as np

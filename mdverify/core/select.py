@@ -363,8 +363,8 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
                 found, state = _unbalanced_end(p, q, kind, alpha, state, excess, ps, qs, work)
                 if found:
                     return True, state, False, q0, base
-                # It declines drafter mass where p = 0, which the first reach still brackets;
-                # elsewhere it failed as the tokens within that reach held too little.
+                # ``_unbalanced_end`` declines drafter mass where p = 0, which the first reach
+                # still brackets; elsewhere it failed as the tokens within that reach held too little.
                 reach = SAMPLE_REACH[0] if state[FILL] > 0.0 else SAMPLE_REACH[1]
                 levels = _unbalanced_levels(levels, state[A], state[B], excess, ps, qs, reach)
             found, state, binding, q0, base = _screen_by_levels(p, q, eps, kind, alpha, work, levels[first:],
