@@ -132,8 +132,9 @@ def _radix_sort(key, weight):
     bits = key.view(np.uint64)
     least = most = _ordered_bits(bits[0])
     for i in range(n):
-        least = min(least, _ordered_bits(bits[i]))
-        most = max(most, _ordered_bits(bits[i]))
+        b = _ordered_bits(bits[i])
+        least = min(least, b)
+        most = max(most, b)
     width = 0  # every key's offset from the least, b - least, is below 2 ** width
     while width < 64 and (most - least) >> np.uint64(width) != np.uint64(0):
         width += 1
