@@ -306,6 +306,29 @@ def test_the_jump_takes_a_term_whose_f_overflows_as_the_walk_does():
         assert jumped[walk.M] == pytest.approx(state[walk.M], rel=1e-12), eps
 
 
+@pytest.mark.parametrize("divergence", ["pearson", md.alpha(2.5)])
+def test_the_search_bounds_terms_whose_f_overflows_as_it_sums_them(divergence):
+    """Tokens of tiny p (1e-179) and ordinary q: their ratios, about 1e177, overflow f~ of
+    pearson and alpha(2.5), while p f~ does not. The search's lower bound on the terms it has
+    not summed (Jensen's, at their mean ratio) weighs them as their exact terms are weighed;
+    an overflow there had read as D past the budget and stopped the search short of r = q."""
+    rng = np.random.default_rng(7)
+    high = 40
+    p = np.concatenate([[0.6], rng.uniform(1.0, 3.0, high) * 1e-179, rng.uniform(0.5, 1.5, 19)])
+    q = np.concatenate([[0.0], rng.uniform(0.5, 2.0, high), rng.uniform(0.5, 1.5, 19) * 1e-3])
+    p[-19:] *= (1.0 - 0.6 - p[1:1 + high].sum()) / p[-19:].sum()
+    q /= q.sum()
+    entry = md.divergence(divergence)
+    drafter = float(entry.value(q, p))
+    assert 1e170 < drafter < np.inf
+    for eps in (drafter, drafter * (1 - 1e-9), drafter * 0.999, drafter * 0.5):
+        ours = md.mentor(p, q, eps, entry, method="select")
+        ref = md.mentor(p, q, eps, entry, method="sorted")
+        assert float(ours.acceptance) == pytest.approx(float(ref.acceptance), abs=1e-12), eps
+        assert float(ours.divergence_value) <= eps
+    assert float(md.mentor(p, q, drafter, entry, method="select").acceptance) == pytest.approx(1.0, abs=1e-12)
+
+
 @pytest.mark.parametrize("family", ["LLM-like, T = 0.7", "Zipf, weak drafter noise", "unrelated drafter",
                                     "near-identical pair"])
 def test_the_one_pass_drafter_sums_are_the_compacted_ones(family):

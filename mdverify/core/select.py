@@ -251,9 +251,13 @@ def _cost_bounds(kind, alpha, s, t, p_clip, f_exact, p_unsummed, moved_unsummed)
     lower = exact
     upper = exact
     if p_unsummed > 0.0 and moved_unsummed > 0.0:
-        lower += p_unsummed * f_tilde(kind, alpha, 1.0 - s * moved_unsummed / p_unsummed)
+        # Jensen: the unsummed tokens' mass at their mean ratio, weighted as the exact terms are
+        # (where f~ overflows at a high side's ratio, p f~ may not); f~ >= 0, so 0 where that
+        # is not finite is a bound too.
+        chord = weighted_f_tilde(kind, alpha, p_unsummed, 1.0 - s * moved_unsummed / p_unsummed)
+        lower += chord if chord < np.inf else 0.0
         gap = abs(ratio - 1.0)
-        upper += f_tilde(kind, alpha, ratio) * moved_unsummed / gap if gap > 0.0 else np.inf
+        upper += weighted_f_tilde(kind, alpha, moved_unsummed / gap, ratio) if gap > 0.0 else np.inf
     return lower, upper
 
 
