@@ -122,3 +122,27 @@ def test_fuzzed_screened_price_solves_match_sorted(pq, entry, price):
     close = 1e-12 if p.dtype == np.float64 else 1e-6  # float32 rows round (and pull back) apart
     np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=close)
     np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=close)
+
+
+@settings(max_examples=40)
+@given(long_rows(), st.sampled_from(divergence_suite() + [md.divergence("pearson"), md.alpha(2.5), md.alpha(4.0)] * 4),
+       st.sampled_from([0.0, 0.3, 0.05]), st.sampled_from([30.0, 150.0, 280.0]), st.integers(0, 10**6),
+       st.sampled_from([0.5, 0.999, 1.0, 1.001]))
+def test_fuzzed_budgets_near_the_drafters_divergence_match_sorted(pq, entry, share, exponent, seed, fraction):
+    """Budgets relative to D_f(q || p), so that they reach r = q however large D is; on a share
+    of the tokens p is divided by 10^exponent, so that ratios near 1e30-1e280 overflow f~ of
+    the fast-growing divergences (pearson, alpha(a > 1): drawn more often) where p f~ stays
+    finite."""
+    p, q = (x.astype(np.float64) for x in pq)
+    rng = np.random.default_rng(seed)
+    shrunk = rng.random(p.size) < share
+    p[shrunk] *= 10.0 ** -exponent
+    p /= p.sum()
+    drafter = float(entry.value(q, p))
+    if not drafter < np.inf:
+        return
+    eps = drafter * fraction
+    ours = md.mentor(p, q, eps, entry, method="select")
+    ref = md.mentor(p, q, eps, entry, method="sorted")
+    np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=1e-12)
+    assert ours.divergence_value <= eps * (1 + 1e-9) + 1e-300
