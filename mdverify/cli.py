@@ -1,4 +1,4 @@
-"""The ``mdverify`` command line: ``report``, ``bench``, ``solve`` and ``compile``.
+"""The ``mdverify`` command line: ``report``, ``bench``, ``solve``, ``crosscheck`` and ``compile``.
 
 A user error (a missing file, a bad row, an unwritable output) prints one line and exits
 with status 2, before any long computation; it never ends in a traceback.
@@ -110,6 +110,24 @@ def _bench(args) -> int:
     return 0
 
 
+def _crosscheck(args) -> int:
+    from tqdm import tqdm
+
+    from mdverify.crosscheck import run
+
+    if args.cases is None and args.minutes is None:
+        args.cases = 1000
+    if (args.cases is not None and args.cases < 1) or (args.minutes is not None and not args.minutes > 0):
+        raise UsageError("--cases must be at least 1 and --minutes above 0")
+    with tqdm(total=args.cases, unit="case", desc="select against sorted") as bar:
+        result = run(args.seed, args.cases, args.minutes, bar)
+    for failure in result["failures"]:
+        print(f"{failure['case']}: " + "; ".join(failure["problems"]))
+    print(f"{result['checked']} cases checked from seed {args.seed}, {len(result['failures'])} failing; "
+          f"{result['refused']} refused by the API's checks")
+    return 1 if result["failures"] else 0
+
+
 def _compile(args) -> int:
     from mdverify.precompile import compile_kernels
 
@@ -143,6 +161,13 @@ def main(argv: list[str] | None = None) -> int:
                        help="registry name, alpha(a), or a generator in t such as '(t-1)*log(t)' (default: kl)")
     solve.add_argument("--out", help="write r here (.npy) instead of printing it")
     solve.set_defaults(run=_solve)
+
+    crosscheck = commands.add_parser("crosscheck", help="method select against method sorted on random rows; "
+                                     "exit status 1 if they disagree anywhere")
+    crosscheck.add_argument("--cases", type=int, help="cases to draw (default: 1000, unless --minutes is given)")
+    crosscheck.add_argument("--minutes", type=float, help="stop after this long")
+    crosscheck.add_argument("--seed", type=int, default=0, help="the first case's seed; case k has seed + k")
+    crosscheck.set_defaults(run=_crosscheck)
 
     compile_ = commands.add_parser("compile", help="compile every kernel now, in parallel, into numba's cache on disk")
     compile_.add_argument("--jobs", type=int, help="processes at a time (default: every core)")
