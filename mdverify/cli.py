@@ -162,8 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     solve.add_argument("--out", help="write r here (.npy) instead of printing it")
     solve.set_defaults(run=_solve)
 
-    crosscheck = commands.add_parser("crosscheck", help="method select against method sorted on random rows; "
-                                     "exit status 1 if they disagree anywhere")
+    crosscheck = commands.add_parser("crosscheck", help="method select against method sorted (and md.frontier, "
+                                     "md.verify) on random rows; exit status 1 if they disagree anywhere")
     crosscheck.add_argument("--cases", type=int, help="cases to draw (default: 1000, unless --minutes is given)")
     crosscheck.add_argument("--minutes", type=float, help="stop after this long")
     crosscheck.add_argument("--seed", type=int, default=0, help="the first case's seed; case k has seed + k")

@@ -3,8 +3,10 @@
 ``method="select"`` decides most of its pivots from bounds on terms it has not summed and
 screens long rows by a sample; ``method="sorted"`` walks the sorted index. Both are exact, so
 on any valid row they must agree (acceptance within 1e-12, 1e-6 for float32 rows, as
-``tests/test_select.py`` holds them) and return rows within the budget, free of nan. Each case
-is drawn from its own seed, so that a disagreement is reproduced by ``case(seed)`` alone.
+``tests/test_select.py`` holds them) and return rows within the budget, free of nan; so must
+``md.frontier`` at the budget, and ``md.verify`` must output a token where r > 0 (``check``).
+Each case is drawn from its own seed, so that a disagreement is reproduced by ``case(seed)``
+alone.
 
 The rows mix what decoders produce with what stresses the arithmetic: LLM-like, Zipf-ranked,
 unrelated and tied rows of 3 to 131072 tokens; truncated targets and drafters; masses divided
@@ -136,17 +138,43 @@ def disagreements(select, sorted_, eps: float | None, tolerance: float) -> list[
     return problems
 
 
+#: Rows up to this long are also solved through ``md.frontier`` (its trace holds every breakpoint).
+FRONTIER_MAX_N = 5000
+
+
 def check(c: Case) -> list[str] | None:
-    """The disagreements of one case; None where the API refuses its rows (a ValueError)."""
+    """The disagreements of one case; None where the API refuses its rows (a ValueError).
+
+    Besides the two methods, with a budget, against the float64 optimum (of float32 rows'
+    values, where their own r is rounded): ``md.frontier``'s acceptance there (rows up to
+    FRONTIER_MAX_N tokens), and ``md.verify`` of one token drawn from q (by the case's seed),
+    whose output must lie where r > 0 (an accepted draft has r > 0; a replacement is drawn
+    where r > q)."""
     import mdverify as md
 
     limit = {"eps": c.eps} if c.price is None else {"price": c.price}
+    tolerance = 1e-12 if c.p.dtype == np.float64 else 1e-6
     try:
         select = md.mentor(c.p, c.q, divergence=c.divergence, method="select", **limit)
         sorted_ = md.mentor(c.p, c.q, divergence=c.divergence, method="sorted", **limit)
     except ValueError:
         return None
-    return disagreements(select, sorted_, c.eps, 1e-12 if c.p.dtype == np.float64 else 1e-6)
+    problems = disagreements(select, sorted_, c.eps, tolerance)
+    if c.eps is None:
+        return problems
+    # The float64 optimum: float32 rows' r is rounded (and pulled back within the budget),
+    # which costs up to a few 1e-6 of acceptance and may round a tiny r to 0.
+    p, q = c.p.astype(np.float64), c.q.astype(np.float64)
+    exact = sorted_ if c.p.dtype == np.float64 else md.mentor(p, q, c.eps, c.divergence, method="sorted")
+    if c.p.size <= FRONTIER_MAX_N:
+        walked = float(md.frontier(c.p, c.q, c.divergence).acceptance_at(c.eps))
+        if not abs(walked - float(exact.acceptance)) <= 1e-12:
+            problems.append(f"acceptance {walked!r} (frontier) against {float(exact.acceptance)!r} (sorted, float64)")
+    drafted = np.random.default_rng(c.seed).choice(q.size, p=q / q.sum())
+    out, _ = md.verify(np.stack([c.p, c.p])[None], c.q[None, None], [[drafted]], c.eps, c.divergence, seed=c.seed)
+    if not exact.r[out[0, 0]] > 0:
+        problems.append(f"verify gave token {out[0, 0]}, where r = 0")
+    return problems
 
 
 def run(first_seed: int = 0, cases: int | None = None, minutes: float | None = None, bar=None) -> dict:

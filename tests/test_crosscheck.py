@@ -59,3 +59,24 @@ def test_the_command_reports_and_sets_its_status(capsys):
 def test_run_needs_a_limit():
     with pytest.raises(ValueError, match="cases, minutes"):
         crosscheck.run(0)
+
+
+def test_the_frontier_and_verify_are_held_to_the_solvers(monkeypatch):
+    """A case whose r has zeros: a frontier that answers another acceptance, and a verify that
+    outputs a token where r = 0, are both reported."""
+    c = next(c for c in map(crosscheck.case, range(500))
+             if c.eps is not None and c.p.dtype == np.float64 and c.p.size <= crosscheck.FRONTIER_MAX_N
+             and (md.mentor(c.p, c.q, c.eps, c.divergence, method="sorted").r == 0).any())
+    assert crosscheck.check(c) == []
+    outside = int(np.flatnonzero(md.mentor(c.p, c.q, c.eps, c.divergence, method="sorted").r == 0)[0])
+
+    class Elsewhere:
+        def acceptance_at(self, eps):
+            return np.float64(0.5)
+
+    monkeypatch.setattr("mdverify.api.frontier", lambda p, q, divergence: Elsewhere())
+    monkeypatch.setattr("mdverify.verification.verify",
+                        lambda *args, **kwargs: (np.array([[outside, -1]]), np.array([0])))
+    problems = crosscheck.check(c)
+    assert any("(frontier)" in problem for problem in problems)
+    assert any(f"verify gave token {outside}" in problem for problem in problems)
