@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mdverify.divergences import Divergence
 from mdverify.workloads.synthetic import llm_rows, truncate_top_k, truncate_top_p
 
 LENGTHS = (3, 17, 300, 1500, 2048, 2049, 3000, 5000, 16384, 40000, 131072)
@@ -37,7 +38,7 @@ class Case:
     seed: int
     p: np.ndarray
     q: np.ndarray
-    divergence: object
+    divergence: Divergence
     eps: float | None
     price: float | None
 
@@ -69,8 +70,8 @@ def _pair(rng, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _shrunk(rng, x: np.ndarray, low: float, high: float, like=None) -> np.ndarray:
-    """x with a random share of its entries divided by 10^U(low, high) (or set so, below
-    ``like``'s), renormalised."""
+    """x with a random share of its entries replaced by ``like``'s (x's own where None) divided
+    by 10^U(low, high), renormalised."""
     x = x.copy()
     chosen = rng.random(x.size) < rng.uniform(0, 0.4)
     source = x if like is None else like
@@ -95,7 +96,7 @@ def case(seed: int) -> Case:
         q = _shrunk(rng, q, 10, 290)
     if rng.random() < 0.15:  # p far below q: huge ratios, where f~ overflows before p f~
         shrunk = _shrunk(rng, p, 30, 300, like=q)
-        p = shrunk if np.isfinite(shrunk).all() else p  # unless q is 0 wherever p is left
+        p = shrunk if np.isfinite(shrunk).all() else p  # nan where it left no mass
     if rng.random() < 0.1:
         q = p.copy()
     elif rng.random() < 0.1:
