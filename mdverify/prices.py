@@ -264,7 +264,8 @@ def _guess_price(first, even: float, w: np.ndarray, total: float) -> float:
     lam, limit = first[:, LAM], first[:, EPS]
     binding = lam > 0
     spare = total - w[~binding] @ limit[~binding]
-    return float(np.sqrt(even * np.sum(lam[binding] ** 2 / w[binding]) / spare))
+    scale = lam[binding].max()  # lam near 1e-200 would square to 0
+    return float(scale * np.sqrt(even * np.sum((lam[binding] / scale) ** 2 / w[binding]) / spare))
 
 
 def _other_end(first, even: float, w: np.ndarray, guess: float) -> np.ndarray:
