@@ -203,3 +203,16 @@ def test_fuzz_allocations_are_optimal(batch, entry, total):
     check_optimal(P, Q, total, entry, w, allocation, slopes=False)
     _, acceptance, _ = reference(P, Q, total, entry, w)
     np.testing.assert_allclose(allocation.total_acceptance, acceptance.sum(), rtol=0, atol=1e-8)
+
+
+def test_the_first_price_estimate_survives_tiny_slopes():
+    """Slopes near 1e-200 (rows whose budget barely binds) square below the smallest float:
+    the estimate scales them first, and equals the one at ordinary scale times that scale."""
+    first = np.zeros((3, len(prices.FIELDS)))
+    first[:, prices.LAM] = [3.0, 4.0, 0.0]
+    first[:, prices.EPS] = [0.1, 0.1, 0.02]
+    w = np.array([1.0, 2.0, 1.0])
+    ordinary = prices._guess_price(first, 0.1, w, 0.5)
+    assert ordinary == pytest.approx(np.sqrt(0.1 * (9.0 + 16.0 / 2.0) / (0.5 - 0.02)), rel=1e-15)
+    first[:, prices.LAM] *= 1e-200
+    assert prices._guess_price(first, 0.1, w, 0.5) == pytest.approx(ordinary * 1e-200, rel=1e-15)
