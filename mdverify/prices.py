@@ -371,9 +371,9 @@ def _search_within(reduced, lo, hi, at_lo, at_hi, w, total) -> tuple[Allocation,
     def spent(nu: float, lo: float, hi: float) -> float:
         nonlocal reduced, narrowed_at
         if nu not in points:
-            if np.log(hi / lo) < narrowed_at / NARROWING:
+            if np.log(hi) - np.log(lo) < narrowed_at / NARROWING:
                 reduced = reduced.narrowed(points[lo], points[hi])
-                narrowed_at = np.log(hi / lo)
+                narrowed_at = np.log(hi) - np.log(lo)
             points[nu], bounds[nu] = reduced.at_price(nu * w), reduced.bounds
         return float(w @ points[nu][:, EPS])
 
@@ -436,12 +436,15 @@ def _search_price(lo: float, hi: float, spent, total: float) -> tuple[float, flo
     target = np.log(total)
     g_lo, g_hi = _log(spent(lo, lo, hi)) - target, _log(spent(hi, lo, hi)) - target
     true_g_hi, last = g_hi, None
-    widths = [np.log(hi / lo)] * 2
+    # In logs throughout: prices far apart (1e-300 and 1e10) overflow hi / lo and underflow lo hi.
+    widths = [np.log(hi) - np.log(lo)] * 2
     while true_g_hi < np.log1p(-TOTAL_TOLERANCE):
-        bisect = np.log(hi / lo) > widths[-2] / 2 or not np.isfinite(g_hi)
-        mid = np.sqrt(lo * hi) if bisect else lo * np.exp(np.log(hi / lo) * g_lo / (g_lo - g_hi))
+        width = np.log(hi) - np.log(lo)
+        bisect = width > widths[-2] / 2 or not np.isfinite(g_hi)
+        middle = np.exp(np.log(lo) + width / 2)
+        mid = middle if bisect else np.exp(np.log(lo) + width * (g_lo / (g_lo - g_hi)))
         if not lo < mid < hi:
-            mid = np.sqrt(lo * hi)
+            mid = middle
             if not lo < mid < hi:
                 break
         value = _log(spent(mid, lo, hi)) - target
@@ -452,7 +455,7 @@ def _search_price(lo: float, hi: float, spent, total: float) -> tuple[float, flo
             hi, g_hi, true_g_hi = mid, value, value
             g_lo = g_lo / 2 if last == "hi" else g_lo
             last = "hi"
-        widths.append(np.log(hi / lo))
+        widths.append(np.log(hi) - np.log(lo))
     return lo, hi
 
 

@@ -216,3 +216,21 @@ def test_the_first_price_estimate_survives_tiny_slopes():
     assert ordinary == pytest.approx(np.sqrt(0.1 * (9.0 + 16.0 / 2.0) / (0.5 - 0.02)), rel=1e-15)
     first[:, prices.LAM] *= 1e-200
     assert prices._guess_price(first, 0.1, w, 0.5) == pytest.approx(ordinary * 1e-200, rel=1e-15)
+
+
+def test_the_price_search_takes_brackets_whose_ends_are_far_apart():
+    """Ends 1e-300 and 1e10 overflow hi / lo, and 1e-300 and 1e-100 underflow lo hi; the search
+    works in logs and still closes on the price where spent(nu) meets the total."""
+    import warnings
+
+    for ends, price in (((1e-300, 1e10), 1e-5), ((1e-300, 1e-100), 1e-200)):
+
+        def spent(nu, lo, hi):
+            return 2.0 * (price / nu) ** 0.5
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            lo, hi = prices._search_price(*map(np.float64, ends), spent, 2.0)
+        assert lo < hi and spent(hi, lo, hi) <= 2.0
+        assert spent(hi, lo, hi) == pytest.approx(2.0, rel=1e-12)
+        assert hi == pytest.approx(price, rel=1e-11)
