@@ -115,6 +115,25 @@ def test_float32_rows_keep_the_budget_as_returned(name):
         assert (np.abs(res.acceptance - exact.acceptance) < 1e-6).all()  # float32 rounding, no more
 
 
+def test_a_float32_row_pulled_back_is_evaluated_once_per_distinct_step(monkeypatch):
+    """Where r differs from p by little, a small step back rounds to the row it started from,
+    whose D is known: each row a pull-back evaluates is a new one (and is kept within eps)."""
+    from mdverify import api
+
+    evaluated = []
+    original = api._row_divergence
+    monkeypatch.setattr(api, "_row_divergence",
+                        lambda entry, r, p: evaluated.append(r.tobytes()) or original(entry, r, p))
+    p, q = llm_rows(3000, 16, seed=4, dtype=np.float32)
+    for name in ("tv", "kl"):
+        for eps in (1e-6, 1e-5):
+            evaluated.clear()
+            res = md.mentor(p, q, eps, name)
+            assert evaluated  # rows were pulled back
+            assert len(set(evaluated)) == len(evaluated)
+            assert (md.divergence(name).value(res.r.astype(np.float64), p.astype(np.float64)) <= eps).all()
+
+
 @pytest.mark.parametrize("ids, message", [
     (np.array([[2**64 - 1]], dtype=np.uint64), "outside"),
     (np.array([[np.inf]]), "not an integer"),
