@@ -120,13 +120,12 @@ def case(seed: int) -> Case:
     return Case(seed, p, q, divergence, eps, None)
 
 
-FIELDS = ("acceptance", "moved_mass", "a", "b", "lam", "mu", "divergence_value")
-
-
 def disagreements(select, sorted_, eps: float | None, tolerance: float) -> list[str]:
     """What is wrong with a pair of results of one case (``md.MentorResult`` of one row), by
     method: acceptances apart by more than ``tolerance``, a row invalid or over the budget,
     a nan field."""
+    from mdverify.core.mentor import FIELDS  # the kernels' fields (numba is loaded: results exist)
+
     problems = []
     if not abs(float(select.acceptance) - float(sorted_.acceptance)) <= tolerance:
         problems.append(f"acceptance {float(select.acceptance)!r} (select) against {float(sorted_.acceptance)!r} (sorted)")
