@@ -248,8 +248,8 @@ def _row_divergence(entry: Divergence, r: np.ndarray, p: np.ndarray) -> float:
 #: Each step back towards p is this many times the last (``_pull_back``); the least first
 #: step of a float32 row that rounding took over its budget, and how many times its
 #: overshoot the first step leaves as room (``rounding_first_step``). Over the float32 rows
-#: of the benchmark's families (n = 131072, five divergences, eps 1e-5 to 1; 122 of 330 rows
-#: pulled back) a first step of 1e-7 took 280 evaluations of D, one sized to the overshoot
+#: of the benchmark's 11 families (five divergences, eps 1e-5 to 1; 122 of 330 rows pulled
+#: back) a first step of 1e-7 took 280 evaluations of D, one sized to the overshoot
 #: 172, steps that round to the row last tried skipped 152, both 126 (118 rows in one step);
 #: the acceptance lost to the float64 optimum stayed below 1.1e-7.
 STEP_GROWTH = 8.0
