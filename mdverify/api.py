@@ -182,7 +182,7 @@ def mentor(p, q, eps=None, divergence: str | Divergence = "kl", method: str = "a
     optimum = R.copy()  # where the dual bound is taken: lam and mu are the multipliers of this r
     proved = proved_within(entry, P, budgets, R.dtype)
     _pull_back(entry, P, Q, R, fields, budgets, values, np.flatnonzero(np.isfinite(budgets)),
-               lambda i, row, value: proved(i, row), 2.0 ** -50)
+               lambda i, row, value: proved(i, row), first_step=2.0 ** -50)
     lam, mu = (fields[:, kernels.FIELDS.index(name)].reshape(batch_shape) for name in ("lam", "mu"))
     certificate = certify(P.reshape(p.shape), Q.reshape(p.shape), R.reshape(p.shape), budgets.reshape(batch_shape),
                           entry, lam=lam, mu=mu, dual_r=optimum.reshape(p.shape))
@@ -226,14 +226,12 @@ def _solve_refused(solve, P, Q, limits, entry: Divergence, solver: int, R, field
 def _keep_budget_after_rounding(entry: Divergence, P, Q, R, fields, budgets) -> None:
     """Make float32 rows keep the budget as returned, not only before rounding: rounding r
     moves each entry by up to 6e-8 relative, which can take D_f(r || p) a little over a
-    binding budget; such rows are pulled back (``_pull_back``, from the step
-    ``rounding_first_step`` sizes to the overshoot), and ``divergence_value`` describes the
-    returned float32 rows."""
+    binding budget; such rows are pulled back (``_pull_back``, from a step of 1e-7), and
+    ``divergence_value`` describes the returned float32 rows."""
     values = np.empty(R.shape[0])
     entry.kernels.divergence_rows(R, P, entry.kind, entry.param, values)
-    first_steps = rounding_first_step(values, fields[:, kernels.FIELDS.index("divergence_value")])
     _pull_back(entry, P, Q, R, fields, budgets, values, np.flatnonzero(values > budgets),
-               lambda i, row, value: value <= budgets[i], first_steps)
+               lambda i, row, value: value <= budgets[i], first_step=ROUNDING_FIRST_STEP)
     fields[:, kernels.FIELDS.index("divergence_value")] = values
 
 
@@ -245,31 +243,13 @@ def _row_divergence(entry: Divergence, r: np.ndarray, p: np.ndarray) -> float:
     return float(out[0])
 
 
-#: Each step back towards p is this many times the last (``_pull_back``); the least first
-#: step of a float32 row that rounding took over its budget, and how many times its
-#: overshoot the first step leaves as room (``rounding_first_step``). Over the float32 rows
-#: of the benchmark's 11 families (five divergences, eps 1e-5 to 1; 122 of 330 rows pulled
-#: back) a first step of 1e-7 took 280 evaluations of D, one sized to the overshoot
-#: 172, steps that round to the row last tried skipped 152, both 126 (118 rows in one step);
-#: the acceptance lost to the float64 optimum stayed below 1.1e-7.
+#: Each step back towards p is this many times the last (``_pull_back``); the first step of
+#: a float32 row that rounding took over its budget.
 STEP_GROWTH = 8.0
 ROUNDING_FIRST_STEP = 1e-7
-ROUNDING_ROOM = 3.0
-_SMALLEST_SUBNORMAL = 5e-324
 
 
-def rounding_first_step(rounded, unrounded):
-    """The first step back (``_pull_back``) of rows whose D_f(r || p) rounding took from
-    ``unrounded`` to ``rounded``, over their budget eps: theta = eps / rounded (1 - step) puts
-    the segment's point, before rounding, below eps by about eps (step + overshoot / rounded)
-    (convexity: D(theta) <= theta unrounded), room for its own rounding, which is of the
-    overshoot's order, ROUNDING_ROOM times over; at most half the way to p. numpy arrays or
-    torch tensors."""
-    overshoot = (rounded - unrounded).clip(min=0.0)
-    return (ROUNDING_ROOM * overshoot / rounded.clip(min=_SMALLEST_SUBNORMAL)).clip(ROUNDING_FIRST_STEP, 0.5)
-
-
-def _pull_back(entry: Divergence, P, Q, R, fields, budgets, values, rows, within, first_steps) -> None:
+def _pull_back(entry: Divergence, P, Q, R, fields, budgets, values, rows, within, first_step: float) -> None:
     """Pull rows that ``within(i, row, value)`` rejects back towards p until it accepts them.
 
     Used where float32 rounding took D_f(r || p) a little over a binding budget (``within``
@@ -277,20 +257,21 @@ def _pull_back(entry: Divergence, P, Q, R, fields, budgets, values, rows, within
     ``certified=True`` (``within`` proves it in ball arithmetic). ``values`` holds each row's D
     as returned. A row moves along the segment to p, r(theta) = p + theta (r - p) with
     theta = min(1, eps / D)(1 - step), which convexity puts within the budget before
-    rounding, for steps growing geometrically from ``first_steps`` (one, or one per row) until
-    the rounded row is accepted (theta = 0 gives p itself, D = 0); a step whose rounded row
-    is the last one tried is not tried again (where p and r differ by little, small steps
-    round back to r itself). A pulled row's ``acceptance``,
+    rounding, for steps growing geometrically from ``first_step`` until the rounded row is
+    accepted (theta = 0 gives p itself, D = 0); a step whose rounded row is the one last tried
+    is not tried again (where p and r differ by little, small steps round back to r itself:
+    over the float32 rows of the benchmark's 11 families, five divergences and eps 1e-5 to 1,
+    122 of 330 rows were pulled back, in 280 evaluations of D where each step was tried and
+    in 152 without those). A pulled row's ``acceptance``,
     ``moved_mass`` and ``values`` (its divergence) become those of the returned row; a, b,
     lam and mu stay those of the float64 optimum.
     """
-    first_steps = np.broadcast_to(first_steps, R.shape[:1])
     for i in rows:
         if within(i, R[i], values[i]):
             continue
         candidate, tried = np.empty_like(R[i]), R[i]
         scale = min(1.0, budgets[i] / values[i]) if values[i] > 0 else 1.0
-        step = first_steps[i]
+        step = first_step
         while step < 1.0:
             kernels.toward(P[i], R[i], scale * (1.0 - step), candidate)
             if not np.array_equal(candidate, tried):

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mdverify.api import STEP_GROWTH, MentorResult, rounding_first_step
+from mdverify.api import ROUNDING_FIRST_STEP, STEP_GROWTH, MentorResult
 from mdverify.core.mentor import FIELDS
 from mdverify.divergences import Divergence
 from mdverify.divergences import divergence as lookup
@@ -73,8 +73,7 @@ def mentor(p, q, eps, divergence: str | Divergence = "kl") -> MentorResult:
 def _rounded_within_budget(R, P, Q, fields, budgets, gen: Generator, dtype) -> torch.Tensor:
     """R rounded to ``dtype``, rows that rounding took over their budget pulled back along the
     segment to p (``api._pull_back``: theta = min(1, eps / D)(1 - step), steps growing from
-    ``api.rounding_first_step`` by STEP_GROWTH, p itself at the end); ``fields`` then describe the
-    returned rows."""
+    ROUNDING_FIRST_STEP by STEP_GROWTH, p itself at the end); ``fields`` then describe the returned rows."""
     rounded = R.to(dtype)
     values = divergence_rows(rounded.to(torch.float64), P, gen)
     pending = values > budgets
@@ -82,11 +81,11 @@ def _rounded_within_budget(R, P, Q, fields, budgets, gen: Generator, dtype) -> t
     if bool(pending.any()):
         start = rounded.to(torch.float64)
         scale = torch.where(values > 0, torch.clamp(budgets / values, max=1.0), 1.0)[:, None]
-        step = rounding_first_step(values, fields[:, 6])[:, None]
-        while bool((trying := pending & (step[:, 0] < 1.0)).any()):  # each row's steps, until one reaches 1
-            candidate = (P + scale * (1.0 - step).clamp(min=0.0) * (start - P)).to(dtype)
+        step = ROUNDING_FIRST_STEP
+        while step < 1.0 and bool(pending.any()):
+            candidate = (P + scale * (1.0 - step) * (start - P)).to(dtype)
             candidate_values = divergence_rows(candidate.to(torch.float64), P, gen)
-            accept = trying & (candidate_values <= budgets)
+            accept = pending & (candidate_values <= budgets)
             rounded = torch.where(accept[:, None], candidate, rounded)
             values = torch.where(accept, candidate_values, values)
             pending = pending & ~accept
