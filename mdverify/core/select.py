@@ -42,7 +42,7 @@ import numpy as np
 
 from mdverify.core._fgen import f_tilde, f_tilde_prime, f_tilde_prime_at_inf, weighted_f_tilde_terms
 from mdverify.core.checks import row_valid, sum_tolerance
-from mdverify.core.index import _prefix_sums, add_compensated, split_sides
+from mdverify.core.index import _prefix_sums, _sort_pairs, add_compensated, split_sides
 from mdverify.core.jit import kernel
 from mdverify.core.terms import (CHUNK, divergence_of_terms, divergence_row, divergence_terms, needs_f_tilde,
                                  sum_of_terms, sum_weighted_f_tilde, weighted_f_tilde)
@@ -432,7 +432,7 @@ def _unbalanced_end(p, q, kind, alpha, drafter, excess, ps, qs, work):
             weights[count] = pi
             masses[count] = qi
             count += 1
-    order = np.argsort(keys[:count])  # the extreme first
+    order = _ascending(keys[:count])  # the extreme first
     p_beyond = q_beyond = 0.0
     for j in order:
         t = s * keys[j]
@@ -469,7 +469,7 @@ def _beyond_holding(ps, qs, target, s):
     keys = np.empty(m, np.float64)
     for j in range(m):
         keys[j] = s * (qs[j] / ps[j]) if ps[j] > 0.0 else s * np.inf
-    order = np.argsort(keys)  # the side's extreme first
+    order = _ascending(keys)  # the side's extreme first
     p_beyond = q_beyond = 0.0
     for j in order:
         c = s * keys[j]
@@ -480,6 +480,15 @@ def _beyond_holding(ps, qs, target, s):
         p_beyond += ps[j]
         q_beyond += qs[j]
     return 1.0
+
+
+@kernel
+def _ascending(keys):
+    """The order of float64 keys (no nan) ascending, ties by position: by ``index._sort_pairs``
+    (a radix sort from RADIX_FROM keys on), where numba's np.argsort, a scalar quicksort, took
+    7x the time on a few thousand keys (3775 at random: 248 against 37 us)."""
+    _, positions = _sort_pairs(keys + 0.0, np.arange(keys.size).astype(np.float64))  # + 0.0: -0 as 0
+    return positions.astype(np.int64)
 
 
 @kernel
