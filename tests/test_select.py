@@ -240,6 +240,22 @@ def test_the_ratio_order_sorts_ratios_ties_by_position(m):
     np.testing.assert_array_equal(select._ratio_order(keys), np.argsort(keys, kind="stable"))
 
 
+@pytest.mark.parametrize("m", [0, 1, 2, 255, 256, 3775])
+def test_the_ascending_order_is_the_stable_argsort_of_signed_keys(m):
+    """``_ascending`` (the tokens beyond a float32 row's unbalanced end, keys s * rho) is the
+    stable argsort of keys of either sign across the float range: ties, -0 beside 0, +-inf."""
+    from mdverify.core import select
+
+    rng = np.random.default_rng(m)
+    keys = rng.choice([-1.0, 1.0], m) * 10.0 ** rng.uniform(-300, 300, m)
+    keys[::7] = 1.5
+    keys[::11] = np.inf
+    keys[::13] = -np.inf
+    keys[::17] = 0.0
+    keys[1::19] = -0.0
+    np.testing.assert_array_equal(select._ascending(keys), np.argsort(keys + 0.0, kind="stable"))
+
+
 def test_the_walk_the_jump_and_the_search_find_the_same_sample_optimum(monkeypatch):
     """``_sample_optimum`` walks to the sample's optimum within its first breakpoints and
     beyond, from the state that ``walk.jump`` finds by bisection, within JUMP_STEPS steps
