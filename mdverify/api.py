@@ -224,10 +224,11 @@ def _solve_refused(solve, P, Q, limits, entry: Divergence, solver: int, R, field
 
 
 def _keep_budget_after_rounding(entry: Divergence, P, Q, R, fields, budgets) -> None:
-    """Make float32 rows keep the budget as returned, not only before rounding: rounding r
-    moves each entry by up to 6e-8 relative, which can take D_f(r || p) a little over a
-    binding budget; such rows are pulled back (``_pull_back``, from a step of 1e-7), and
-    ``divergence_value`` describes the returned float32 rows."""
+    """Make float32 rows keep the budget as returned, not only before rounding: the kernels
+    round r towards p (``core.mentor.construct``), which takes no term of D_f(r || p) up, but
+    D of the rounded row, summed in float64 as ``divergence_value`` reports it, may still
+    come out an ulp over a binding budget; such rows are pulled back (``_pull_back``, from a
+    step of 1e-7), and ``divergence_value`` describes the returned float32 rows."""
     values = np.empty(R.shape[0])
     entry.kernels.divergence_rows(R, P, entry.kind, entry.param, values)
     _pull_back(entry, P, Q, R, fields, budgets, values, np.flatnonzero(values > budgets),

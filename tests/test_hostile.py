@@ -115,23 +115,63 @@ def test_float32_rows_keep_the_budget_as_returned(name):
         assert (np.abs(res.acceptance - exact.acceptance) < 1e-6).all()  # float32 rounding, no more
 
 
-def test_a_float32_row_pulled_back_is_evaluated_once_per_distinct_step(monkeypatch):
-    """Where r differs from p by little, a small step back rounds to the row it started from,
-    whose D is known: each row a pull-back evaluates is a new one (and is kept within eps)."""
-    from mdverify import api
+@pytest.mark.parametrize("name", ["kl", "tv", "neyman", "alpha(2.5)"])
+def test_float32_rows_are_rounded_toward_p(name):
+    """Each entry of a float32 r is the float64 r rounded to a neighbouring float32 on the side
+    of p: so no term p f~(r / p) of D grows (f~ is convex, least at r = p)."""
+    from mdverify.core.mentor import construct
 
+    entry = md.divergence(name) if "(" not in name else md.alpha(2.5)
+    p, q = llm_rows(3000, 4, seed=7, dtype=np.float32)
+    for i, eps in enumerate((1e-5, 1e-3, 0.05, 0.5)):
+        res = md.mentor(p[i].astype(np.float64), q[i].astype(np.float64), eps, entry)
+        exact, rounded = np.empty(p.shape[1]), np.empty(p.shape[1], np.float32)
+        for r in (exact, rounded):
+            construct(p[i], q[i], float(res.a), float(res.b), 0.0, 0.0, r)
+        moved = rounded.astype(np.float64) - exact
+        assert (moved * (p[i] - exact) >= 0).all()  # towards p, or not at all
+        assert (np.abs(moved) <= np.spacing(np.abs(rounded))).all()  # to a neighbour
+        assert (np.minimum(exact, p[i]) <= rounded).all() and (rounded <= np.maximum(exact, p[i])).all()
+
+
+def test_a_float32_row_whose_tiny_entries_round_coarsely_keeps_its_acceptance():
+    """``mdverify crosscheck``'s seed 9453: subnormal float32 drafter entries under neyman, where
+    r = a p near 1e-40 rounds by 1e-5 of itself. Rounded to nearest, D rose by 2.7e-6 of itself
+    over the budget, and the pull-back towards p lost 2.8e-6 of acceptance; rounded towards p
+    the row keeps the budget as it is, and loses 1.1e-11."""
+    from mdverify.crosscheck import case
+
+    c = case(9453)
+    res = md.mentor(c.p, c.q, c.eps, c.divergence)
+    exact = md.mentor(c.p.astype(np.float64), c.q.astype(np.float64), c.eps, c.divergence)
+    assert float(res.divergence_value) <= c.eps
+    assert float(res.acceptance) == pytest.approx(np.minimum(res.r.astype(np.float64), c.q).sum(), rel=0, abs=1e-12)
+    assert abs(float(res.acceptance) - float(exact.acceptance)) < 1e-9
+
+
+def test_a_pull_back_evaluates_each_rounded_row_once(monkeypatch):
+    """Where r differs from p by little, small steps back round to the row they started from,
+    whose D is known: each row a pull-back evaluates is a new one, and each row it returns is
+    within its budget (here one a little below each row's D, under tv at eps 1e-5)."""
+    from mdverify import api
+    from mdverify.core.mentor import FIELDS
+
+    entry = md.divergence("tv")
+    p, q = llm_rows(3000, 16, seed=4, dtype=np.float32)
+    res = md.mentor(p, q, 1e-5, entry)
+    r = res.r.copy()
+    values = entry.value(r.astype(np.float64), p.astype(np.float64))
+    budgets = values * (1.0 - 1e-9)
+    fields = np.stack([getattr(res, name) for name in FIELDS], axis=1)
     evaluated = []
     original = api._row_divergence
     monkeypatch.setattr(api, "_row_divergence",
                         lambda entry, r, p: evaluated.append(r.tobytes()) or original(entry, r, p))
-    p, q = llm_rows(3000, 16, seed=4, dtype=np.float32)
-    for name in ("tv", "kl"):
-        for eps in (1e-6, 1e-5):
-            evaluated.clear()
-            res = md.mentor(p, q, eps, name)
-            assert evaluated  # rows were pulled back
-            assert len(set(evaluated)) == len(evaluated)
-            assert (md.divergence(name).value(res.r.astype(np.float64), p.astype(np.float64)) <= eps).all()
+    api._pull_back(entry, p, q, r, fields, budgets, values.copy(), np.arange(16),
+                   lambda i, row, value: value <= budgets[i], first_step=api.ROUNDING_FIRST_STEP)
+    assert evaluated
+    assert len(set(evaluated)) == len(evaluated)
+    assert (entry.value(r.astype(np.float64), p.astype(np.float64)) <= budgets).all()
 
 
 @pytest.mark.parametrize("ids, message", [

@@ -22,7 +22,12 @@ FIELDS = ("acceptance", "moved_mass", "a", "b", "lam", "mu", "divergence_value")
 
 @kernel
 def construct(p, q, a, b, fill, q0, r):
-    """r_i = clip(q_i, a p_i, b p_i); tokens with p_i = 0 < q_i get fill * q_i / q0. O(n)."""
+    """r_i = clip(q_i, a p_i, b p_i); tokens with p_i = 0 < q_i get fill * q_i / q0. O(n).
+
+    A float32 r is rounded towards p (``_rounded_toward_p``), not to nearest: each term
+    p f~(r / p) of D, convex with its least value at r = p, is then no greater than that of
+    the float64 r, so rounding cannot take D over a budget the float64 r keeps. Returns what
+    rounding added to sum (r - p)_+, and so to sum min(r, q) (0 for float64 r)."""
     share = fill / q0 if q0 > 0.0 else 0.0
     # q0 sums q over the tokens with an infinite ratio: without them no ratio is computed (a
     # division per token would be a third of the loop's time).
@@ -31,12 +36,49 @@ def construct(p, q, a, b, fill, q0, r):
     # cost f~(0), infinite for some f. r's smallest subnormal (<= p_i) adds a negligible mass.
     info = np.finfo(r.dtype)
     floor = info.tiny * info.eps if a > 0.0 else 0.0
+    if info.bits == 32:
+        return _rounded_toward_p(p, q, a, b, share, finite, floor, r)
+    for i in range(p.size):
+        r[i] = _clip(np.float64(p[i]), np.float64(q[i]), a, b, share, finite, floor)
+    return 0.0
+
+
+@kernel(inline=True)
+def _clip(pi, qi, a, b, share, finite, floor):
+    """``construct``'s r_i, in float64. Every case computed, one selected: a loop without
+    branches, which the compiler vectorises."""
+    raised = min(qi, b * pi) if finite or qi / pi < np.inf else share * qi  # share for p = 0 (or q/p overflowing)
+    return max(max(qi, a * pi), floor) if qi < pi else (raised if qi > pi else pi)
+
+
+@kernel
+def _rounded_toward_p(p, q, a, b, share, finite, floor, r):
+    """``construct`` into float32 r, each r_i rounded to the neighbouring float32 on the side of
+    p_i where rounding to nearest took it away from p_i (p_i is a float32: the result lies
+    between r_i and p_i). Where r_i = q_i or p_i (float32 already) nothing moves; a lifted
+    token (q_i < a p_i <= r_i) stays above q_i, a clipped one (p_i <= r_i <= q_i) below it.
+    Returns the sum of the clipped ones' change, where r_i = min(r_i, q_i) = p_i + (r_i - p_i)_+."""
+    bits = r.view(np.int32)  # a positive float32's bits, plus or minus 1: its neighbours
     for i in range(p.size):
         pi = np.float64(p[i])
-        qi = np.float64(q[i])
-        # Every case computed, one selected: a loop without branches, which the compiler vectorises.
-        raised = min(qi, b * pi) if finite or qi / pi < np.inf else share * qi  # share for p = 0 (or q/p overflowing)
-        r[i] = max(max(qi, a * pi), floor) if qi < pi else (raised if qi > pi else pi)
+        value = _clip(pi, np.float64(q[i]), a, b, share, finite, floor)
+        r[i] = value
+        rounded = np.float64(r[i])
+        bits[i] += np.int32((rounded < value) & (value < pi)) - np.int32((rounded > value) & (value > pi))
+    return _rounding_change(p, q, a, b, share, finite, floor, r)
+
+
+@kernel(reassociate=True, borrow=True)
+def _rounding_change(p, q, a, b, share, finite, floor, r):
+    """sum (r_i - clip_i) over the tokens clipped above p (``_rounded_toward_p``), added in an
+    order the compiler chooses (vectorised): summed in that loop, each r_i read back after its
+    bits changed, a row of 131072 tokens took over 0.4 ms."""
+    change = 0.0
+    for i in range(p.size):
+        pi = np.float64(p[i])
+        value = _clip(pi, np.float64(q[i]), a, b, share, finite, floor)
+        change += np.float64(r[i]) - value if value > pi else 0.0
+    return change
 
 
 @kernel
@@ -46,11 +88,10 @@ def finish(q0, base, kind, alpha, eps, state, binding, p, q, r, out):
     ``q0`` is the drafter mass on p = 0 tokens and ``base`` = sum_i min(p_i, q_i). An empty r
     asks for the fields alone (``prices.allocate``): writing r is a pass over the row.
     """
-    if r.size > 0:
-        construct(p, q, state[A], state[B], state[FILL], q0, r)
+    rounding = construct(p, q, state[A], state[B], state[FILL], q0, r) if r.size > 0 else 0.0
     lam, mu = duals(kind, alpha, eps, state, binding)
-    out[0] = base + state[M]
-    out[1] = state[M]
+    out[0] = base + state[M] + rounding  # of r as written (float32 r: rounded towards p)
+    out[1] = state[M] + rounding
     out[2] = state[A]
     out[3] = np.inf if state[FILL] > 0.0 else state[B]
     out[4] = lam

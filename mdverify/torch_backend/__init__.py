@@ -71,10 +71,17 @@ def mentor(p, q, eps, divergence: str | Divergence = "kl") -> MentorResult:
 
 
 def _rounded_within_budget(R, P, Q, fields, budgets, gen: Generator, dtype) -> torch.Tensor:
-    """R rounded to ``dtype``, rows that rounding took over their budget pulled back along the
-    segment to p (``api._pull_back``: theta = min(1, eps / D)(1 - step), steps growing from
+    """R rounded to ``dtype`` towards P (``core.mentor.construct``: no term of D grows), rows that
+    the float64 sum of D still finds over their budget pulled back along the segment to p
+    (``api._pull_back``: theta = min(1, eps / D)(1 - step), steps growing from
     ROUNDING_FIRST_STEP by STEP_GROWTH, p itself at the end); ``fields`` then describe the returned rows."""
     rounded = R.to(dtype)
+    back = rounded.to(torch.float64)
+    away = ((back < R) & (R < P)) | ((back > R) & (R > P))  # rounded to nearest, away from p
+    rounded = torch.where(away, torch.nextafter(rounded, P.to(dtype)), rounded)
+    change = torch.where(R > P, rounded.to(torch.float64) - R, 0.0).sum(-1)  # to sum (r - p)_+ and sum min(r, q)
+    fields[:, 0] += change
+    fields[:, 1] += change
     values = divergence_rows(rounded.to(torch.float64), P, gen)
     pending = values > budgets
     pulled = pending.clone()
