@@ -32,7 +32,8 @@ def test_valid_inputs_give_valid_outputs(pq, entry, eps, method):
     q = q / q.sum(-1, keepdims=True, dtype=np.float64).astype(q.dtype)
     res = md.mentor(p, q, eps, entry, method=method)
     other = md.mentor(p, q, eps, entry, method="select" if method == "sorted" else "sorted")
-    np.testing.assert_allclose(res.acceptance, other.acceptance, rtol=0, atol=1e-12)
+    close = 1e-12 if p.dtype == np.float64 else 1e-6  # float32 rows round apart, and accept as rounded
+    np.testing.assert_allclose(res.acceptance, other.acceptance, rtol=0, atol=close)
     assert res.r.dtype == p.dtype and res.r.shape == p.shape
     for name in ("acceptance", "moved_mass", "a", "b", "lam", "mu", "divergence_value"):
         assert not np.isnan(getattr(res, name)).any(), name
@@ -108,8 +109,9 @@ def test_fuzzed_screened_rows_match_sorted(pq, entry, eps):
     p, q = pq
     ours = md.mentor(p, q, eps, entry, method="select")
     ref = md.mentor(p, q, eps, entry, method="sorted")
-    np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12 if p.dtype == np.float64 else 1e-6)
+    close = 1e-12 if p.dtype == np.float64 else 1e-6  # float32 rows round apart, and accept as rounded
+    np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=close)
+    np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=close)
     assert ours.divergence_value <= eps * (1 + 1e-9) + 1e-300
 
 
@@ -138,7 +140,10 @@ def test_fuzzed_budgets_near_the_drafters_divergence_match_sorted(pq, entry, sha
     shrunk = rng.random(p.size) < share
     p[shrunk] *= 10.0 ** -exponent
     p /= p.sum()
-    drafter = float(entry.value(q, p))
+    try:
+        drafter = float(entry.value(q, p))
+    except ValueError:  # a subnormal p whose ratio overflows: refused, as md.mentor refuses it
+        return
     if not drafter < np.inf:
         return
     eps = drafter * fraction

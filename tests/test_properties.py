@@ -92,13 +92,16 @@ def test_float32_input_gives_float32_output(entry):
     assert res.r.dtype == np.float32
     p64 = p.astype(np.float64)
     ref = md.mentor(p64, q.astype(np.float64), 0.1, entry)
-    # Same float64 computation on the same (widened) numbers, then r rounded on output; a row
-    # that the rounding took over the budget is pulled back towards p, by about 1e-7 of its move.
+    # Same float64 computation on the same (widened) numbers, then r rounded on output towards
+    # p (where rounding to nearest moved an entry away from p, to its neighbour on p's side).
     rounded = ref.r.astype(np.float32)
-    kept = entry.value(rounded.astype(np.float64), p64) <= 0.1
-    np.testing.assert_array_equal(res.r[kept], rounded[kept])
-    np.testing.assert_array_equal(res.acceptance[kept], ref.acceptance[kept])
+    back = rounded.astype(np.float64)
+    away = ((back < ref.r) & (ref.r < p64)) | ((back > ref.r) & (ref.r > p64))
+    rounded[away] = np.nextafter(rounded[away], p[away])
+    np.testing.assert_array_equal(res.r, rounded)
     assert (entry.value(res.r.astype(np.float64), p64) <= 0.1).all()
+    returned = np.minimum(res.r.astype(np.float64), q.astype(np.float64)).sum(-1)
+    np.testing.assert_allclose(res.acceptance, returned, rtol=0, atol=1e-12)  # of r as returned
     np.testing.assert_allclose(res.acceptance, ref.acceptance, rtol=0, atol=1e-6)
 
 
