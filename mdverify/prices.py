@@ -371,9 +371,9 @@ def _search_within(reduced, lo, hi, at_lo, at_hi, w, total) -> tuple[Allocation,
     def spent(nu: float, lo: float, hi: float) -> float:
         nonlocal reduced, narrowed_at
         if nu not in points:
-            if np.log(hi) - np.log(lo) < narrowed_at / NARROWING:
+            if _log_width(lo, hi) < narrowed_at / NARROWING:
                 reduced = reduced.narrowed(points[lo], points[hi])
-                narrowed_at = np.log(hi) - np.log(lo)
+                narrowed_at = _log_width(lo, hi)
             points[nu], bounds[nu] = reduced.at_price(nu * w), reduced.bounds
         return float(w @ points[nu][:, EPS])
 
@@ -437,9 +437,9 @@ def _search_price(lo: float, hi: float, spent, total: float) -> tuple[float, flo
     g_lo, g_hi = _log(spent(lo, lo, hi)) - target, _log(spent(hi, lo, hi)) - target
     true_g_hi, last = g_hi, None
     # In logs throughout: prices far apart (1e-300 and 1e10) overflow hi / lo and underflow lo hi.
-    widths = [np.log(hi) - np.log(lo)] * 2
+    widths = [_log_width(lo, hi)] * 2
     while true_g_hi < np.log1p(-TOTAL_TOLERANCE):
-        width = np.log(hi) - np.log(lo)
+        width = _log_width(lo, hi)
         bisect = width > widths[-2] / 2 or not np.isfinite(g_hi)
         middle = np.exp(np.log(lo) + width / 2)
         mid = middle if bisect else np.exp(np.log(lo) + width * (g_lo / (g_lo - g_hi)))
@@ -455,8 +455,13 @@ def _search_price(lo: float, hi: float, spent, total: float) -> tuple[float, flo
             hi, g_hi, true_g_hi = mid, value, value
             g_lo = g_lo / 2 if last == "hi" else g_lo
             last = "hi"
-        widths.append(np.log(hi) - np.log(lo))
+        widths.append(_log_width(lo, hi))
     return lo, hi
+
+
+def _log_width(lo: float, hi: float) -> float:
+    """The width of the price bracket [lo, hi] in logs (hi / lo may overflow)."""
+    return np.log(hi) - np.log(lo)
 
 
 def _log(spent: float) -> float:
