@@ -61,7 +61,7 @@ def test_screen_flags_and_sums(bounds):
     for label, p, q in _rows():
         work = np.zeros((4, p.size))
         flags = screen.flag_view(work[3], p.size)
-        got = screen.screen(p, q, bounds, flags)
+        got = screen.screen(p, q, bounds, None, flags)
         rho, low, high = _check_flags(flags, p, q, bounds)
         # The totals are split_sides' (summed in another order).
         totals = split_sides(p, q, np.empty(p.size), np.empty(p.size))
@@ -74,6 +74,27 @@ def test_screen_flags_and_sums(bounds):
         counts = [(low & ~settled).sum(), (high & ~settled).sum(), (flags[: p.size] == screen.RELEASED_LOW).sum(),
                   (flags[: p.size] == screen.RELEASED_HIGH).sum()]
         assert got[6:] == tuple(counts), label
+
+
+@pytest.mark.parametrize("bounds, summed", [((0.3, 0.8, 1.5, 4.0), (0.9, 1.2)), ((0.3, 0.8, 1.5, 4.0), (0.8, 1.5)),
+                                            ((0.0, 0.5, 2.0, np.inf), (0.7, 1.3)), ((0.9, 0.9, 1.1, 1.1), (1.0, 1.0))])
+def test_screen_settles_the_tokens_an_earlier_screen_released(bounds, summed):
+    """Given the (a_hi, b_lo) of an earlier screen whose released groups are summed, the screen
+    settles exactly the tokens that screen released, to the last one, and flags, counts and
+    sums every other token as it does without them."""
+    a_lo, _, _, b_hi = bounds
+    for label, p, q in _rows():
+        work = np.zeros((4, p.size))
+        flags = screen.flag_view(work[3], p.size)
+        earlier = screen.screen(p, q, (a_lo, summed[0], summed[1], b_hi), None, flags)
+        released = np.isin(flags[: p.size], (screen.RELEASED_LOW, screen.RELEASED_HIGH))
+        alone = screen.screen(p, q, bounds, None, flags)
+        expected = np.where(released, screen.SETTLED, flags[: p.size])
+        got = screen.screen(p, q, bounds, summed, flags)
+        np.testing.assert_array_equal(flags[: p.size], expected, err_msg=label)
+        np.testing.assert_allclose(got[:6], alone[:6], rtol=1e-13, atol=1e-300, err_msg=label)
+        assert got[6:] == (alone[6] - earlier[8], alone[7] - earlier[9], alone[8] - earlier[8],
+                           alone[9] - earlier[9]), label
 
 
 @pytest.mark.skipif(not MASK_REGISTERS, reason="compiled without AVX-512 here: the test above counts in int64")
@@ -100,7 +121,7 @@ def test_screen_decides_ratios_next_to_the_bounds_as_their_rounding(dtype):
     q = np.where(step == 0, np.nextafter(q, dtype(0)), np.where(step == 1, q, np.nextafter(q, dtype(9))))
     work = np.zeros((4, p.size))
     flags = screen.flag_view(work[3], p.size)
-    screen.screen(p, q, bounds, flags)
+    screen.screen(p, q, bounds, None, flags)
     _check_flags(flags, p, q, bounds)
 
 
@@ -116,7 +137,7 @@ def test_gather_lays_out_each_side_undecided_first_then_released(dense, monkeypa
         n = p.size
         work = np.full((4, n), np.nan)
         flags = screen.flag_view(work[3], n)
-        n_low, n_high, n_released_low, n_released_high = screen.screen(p, q, bounds, flags)[6:]
+        n_low, n_high, n_released_low, n_released_high = screen.screen(p, q, bounds, None, flags)[6:]
         gather(p, q, flags, work[0], work[1], n_low, n_high, n_released_low, n_released_high)
         expected = flags[:n].copy()
         rho = _ratios(p, q)[0]
@@ -145,7 +166,7 @@ def test_released_tokens_summed_in_place_are_the_sums_of_their_terms(name):
             n = p.size
             work = np.zeros((4, n))
             flags = screen.flag_view(work[3], n)
-            n_low, n_high, n_released_low, n_released_high = screen.screen(p, q, bounds, flags)[6:]
+            n_low, n_high, n_released_low, n_released_high = screen.screen(p, q, bounds, None, flags)[6:]
             before = flags[:n].copy()
             p_mass, moved, f = screen.sum_released(entry.kind, entry.param, p, q, flags, work)
             released = before >= screen.RELEASED_LOW
@@ -182,9 +203,9 @@ def test_rows_mostly_released_are_summed_by_the_screen_and_match_sorted(family, 
     work = np.empty((4, p.size))
     _, _, tokens, ps, qs = select._sample(p, q, work, False)
     levels, _ = select._sample_bounds(p.size, tokens, ps, qs, eps, entry.kind, entry.param, np.inf)
-    split, unsummed, low, high, laid_out = select._screened(p, q, work, tuple(levels[0]), entry.kind, entry.param,
-                                                            True)
-    assert not laid_out and unsummed == (0, 0)
+    split, layout, low, high, laid_out, _ = select._screened(p, q, work, tuple(levels[0]), entry.kind, entry.param,
+                                                             True, select._none_released())
+    assert not laid_out and layout == (0, 0, 0, 0)
     assert low[select.F_EXACT] > 0.0 and high[select.F_EXACT] > 0.0
     _assert_select_matches_sorted(p, q, entry, family, (eps,))
 
@@ -299,30 +320,84 @@ def test_bounds_within_refused_ones_settle_what_those_left(family, seed, diverge
     work, fresh = np.empty((4, p.size)), np.empty((4, p.size))
     _, _, tokens, ps, qs = select._sample(p, q, work, False)
     levels, _ = select._sample_bounds(p.size, tokens, ps, qs, eps, entry.kind, entry.param, np.inf)
-    split, unsummed, low, high, laid_out = select._screened(p, q, work, tuple(levels[0]), entry.kind, entry.param,
-                                                            True)
+    split, layout, low, high, laid_out, _ = select._screened(p, q, work, tuple(levels[0]), entry.kind, entry.param,
+                                                             True, select._none_released())
     assert laid_out  # else the next level screens the row anew
     clipped = (low[select.P_CLIP], high[select.P_CLIP])
-    _, hits, *_ = select._walk_between(work, split, unsummed, low, high, tuple(levels[0]), eps, entry.kind,
+    _, hits, *_ = select._walk_between(work, split, layout, low, high, tuple(levels[0]), eps, entry.kind,
                                        entry.param, np.inf)
     assert hits[1] or hits[2]
     bounds = select._onward(tuple(levels[0]), hits, levels[1])
     again = select._rescreened(work, split, clipped, bounds)
-    screened = select._screened(p, q, fresh, bounds, entry.kind, entry.param, True)
+    screened = select._screened(p, q, fresh, bounds, entry.kind, entry.param, True, select._none_released())
     assert again[4] and screened[4]
+    # The same groups: the sums of the clipped and of the released (the latter laid out, and
+    # summed by the screen alone), and the bounds on their keys.
+    fields = [select.P_CLIP, select.M_REL, select.CLIP_MAX, select.REL_MIN]
     for side, edges in ((0, bounds[:2]), (1, (-bounds[3], -bounds[2]))):
-        groups = [_groups(w, layout[0][side], layout[1][side], side)
-                  for w, layout in ((work, again), (fresh, screened))]
+        groups = [_groups(w, split_[side], layout_[side] + layout_[2 + side], side)
+                  for w, (split_, layout_) in ((work, again[:2]), (fresh, screened[:2]))]
         differ = set(groups[0].items()) ^ set(groups[1].items())
         near = [min(abs(key - edge) for edge in edges) <= 1e-13 * abs(key) for (key, _), _ in differ]
         assert all(near) and len(differ) <= 8
         mass = sum(weight * (1.0 + abs(key)) for (key, weight), _ in differ)  # p and moved mass
-        np.testing.assert_allclose(again[2 + side], screened[2 + side], rtol=1e-12, atol=mass + 1e-15)
+        np.testing.assert_allclose(again[2 + side][fields], screened[2 + side][fields], rtol=1e-12,
+                                   atol=mass + 1e-15)
     confirmed, _, state, _, _, base = select._walk_between(work, *again[:4], bounds, eps, entry.kind, entry.param,
                                                            np.inf)
     ref = md.mentor(p, q, eps, entry, method="sorted")
     assert confirmed
     np.testing.assert_allclose(base + state[M], ref.acceptance, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("summing", [True, False])
+@pytest.mark.parametrize("family, seed, divergence, eps", [
+    ("LLM-like, T = 1.5", 4, "hellinger", 0.1), ("unrelated drafter", 3, "tv", 0.01),
+    ("LLM-like, T = 1.5", 5, "hellinger", 0.1)])
+def test_bounds_beyond_refused_ones_take_their_released_sums(family, seed, divergence, eps, summing):
+    """After bounds refused short of the optimum's moved mass (a_lo or b_hi), the next bounds
+    release every token those released: the row screened again with the refused screen's
+    released groups taken as summed gives the groups and sums that screening it afresh gives,
+    laying out only the tokens released since, and the search on it the same decisions."""
+    from mdverify.bench.families import FAMILIES
+
+    p, q = FAMILIES[family](16384, np.random.default_rng(seed))
+    entry = md.divergence(divergence)
+    work, fresh_work = np.empty((4, p.size)), np.empty((4, p.size))
+    _, _, tokens, ps, qs = select._sample(p, q, work, False)
+    levels, _ = select._sample_bounds(p.size, tokens, ps, qs, eps, entry.kind, entry.param, np.inf)
+    first = tuple(levels[0])
+    split, layout, low, high, _, released = select._screened(p, q, work, first, entry.kind, entry.param, summing,
+                                                             select._none_released())
+    _, hits, *_ = select._walk_between(work, split, layout, low, high, first, eps, entry.kind, entry.param, np.inf)
+    assert (hits[0] or hits[3]) and not (hits[1] or hits[2])
+    bounds = select._onward(first, hits, levels[1])
+    assert bounds[1] <= first[1] and bounds[2] >= first[2]
+    carried = select._screened(p, q, work, bounds, entry.kind, entry.param, summing, released)
+    fresh = select._screened(p, q, fresh_work, bounds, entry.kind, entry.param, summing, select._none_released())
+    assert not carried[4]  # its released tokens are not all in work: never settled from there
+    released_anew = screen.screen(p, q, bounds, None, screen.flag_view(fresh_work[3], p.size))[8:]
+    assert released[2] + released[5] > 0
+    np.testing.assert_allclose(carried[0][2:], fresh[0][2:], rtol=1e-13)
+    fields = [select.P_CLIP, select.M_REL, select.F_EXACT, select.P_UNC, select.M_UNC, select.CLIP_MAX,
+              select.REL_MIN]
+    for side in range(2):
+        np.testing.assert_allclose(carried[2 + side][fields], fresh[2 + side][fields], rtol=1e-12, atol=1e-300)
+        undecided = [split_[side] - layout_[side] - layout_[2 + side] for split_, layout_ in (carried[:2], fresh[:2])]
+        assert undecided[0] == undecided[1]
+        # Laid out and summed: the tokens released since the refused screen, only.
+        assert carried[1][2 + side] == released_anew[side] - released[2 + 3 * side]
+    # The search then decides as on the row screened afresh (the last row's bounds here are
+    # refused again), and what it confirms is the optimum.
+    searches = [select._walk_between(w, *screened[:4], bounds, eps, entry.kind, entry.param, np.inf)
+                for w, screened in ((work, carried), (fresh_work, fresh))]
+    (confirmed, hits, state, _, _, base), again = searches
+    assert confirmed == again[0] and (hits == again[1]).all()
+    np.testing.assert_allclose(base + state[M], again[5] + again[2][M], rtol=0, atol=1e-12)
+    if confirmed:
+        ref = md.mentor(p, q, eps, entry, method="sorted")
+        np.testing.assert_allclose(base + state[M], ref.acceptance, rtol=0, atol=1e-12)
+    assert confirmed != (seed == 5)
 
 
 def test_long_rows_of_every_family_match_sorted(entry):
@@ -361,7 +436,7 @@ def test_rows_of_tied_ratios_are_settled_by_the_screen_and_match_sorted(entry, w
     _, _, tokens, ps, qs = select._sample(p, q, work, False)
     for eps in (1e-3, 0.05):
         levels, _ = select._sample_bounds(p.size, tokens, ps, qs, eps, entry.kind, entry.param, np.inf)
-        kept = screen.screen(p, q, tuple(levels[0]), screen.flag_view(work[3], p.size))[6:8]
+        kept = screen.screen(p, q, tuple(levels[0]), None, screen.flag_view(work[3], p.size))[6:8]
         if where != "middle":
             assert sum(kept) < p.size / 10, (eps, kept)
         # Each level's bounds lie within the next one's.

@@ -430,7 +430,7 @@ def test_a_truncated_drafter_is_screened_by_its_zero_ratios():
         levels, _ = select._sample_bounds(p.size, tokens, ps, qs, eps, entry.kind, entry.param, np.inf)
         assert in_range and levels[0, 0] > 0.0, name
         flags = screen.flag_view(work[3], p.size)
-        n_low = screen.screen(p, q, tuple(levels[0]), flags)[6]
+        n_low = screen.screen(p, q, tuple(levels[0]), None, flags)[6]
         assert n_low < 100, name  # of 131022 tokens with q = 0 < p
         sorted_ = md.mentor(p, q, eps, entry, method="sorted")
         auto = md.mentor(p, q, eps, entry)

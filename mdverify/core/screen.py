@@ -9,13 +9,14 @@ together with the row's totals (lossless acceptance, capacities, drafter mass on
 flags the tokens. It stores one byte per token and otherwise only sums, so the compiler
 vectorises it (the sums are reassociated, which changes their rounding and nothing else).
 The gather pass then copies the undecided tokens, the only ones the search needs one by one,
-into the split layout of ``index.split_sides``, and the released ones after them, for the
-search to sum p f~(rho) over them only if and when its decisions need that sum (their p-mass
-and moved mass are summed there, ``released_sums``, over a few tokens, not in the screen's
-pass over all of them); where few tokens are flagged, it visits only those, skipping eight
-unflagged tokens at a time. Where most of the row is released, ``sum_released`` sums their
-terms where they lie instead, in a vectorised pass, and the gather copies only the undecided
-tokens.
+into the split layout of ``index.split_sides``, and the released ones after them, to be
+summed there (their moved mass by ``released_sums`` and their p f~(rho), over those tokens
+alone, not in the screen's pass over all of them); where few tokens are flagged, it visits
+only those, skipping eight unflagged tokens at a time. Where most of the row is released,
+``sum_released`` sums their terms where they lie instead, in a vectorised pass, and the
+gather copies only the undecided tokens. A screen of the row after an earlier one whose
+released tokens it releases too may take their sums from that one (``screen``'s
+``summed``): it then flags, lays out and sums only the tokens released since.
 
 The bounds are an estimate, so the solve on the screened row must confirm its answer: the
 search sums every group exactly, so its last segment is a true segment of the row's
@@ -240,7 +241,7 @@ def screen_factors(bounds):
 
 
 @kernel(reassociate=True, borrow=True)
-def screen(p, q, bounds, flags):
+def screen(p, q, bounds, summed, flags):
     """Flag every token for the search; return (base, capacity_low, capacity_high, q0,
     p_clipped_low, p_clipped_high, n_low, n_high, n_released_low, n_released_high).
 
@@ -248,7 +249,11 @@ def screen(p, q, bounds, flags):
     (q < p) with ratio rho = q/p below a_lo, and a high one (q > p > 0) with rho above b_hi,
     are settled as clipped; a low token with rho above a_hi, and a high one below b_lo, as
     released (RELEASED_LOW, RELEASED_HIGH); the others are undecided (KEPT_LOW, KEPT_HIGH),
-    and so are those within a few ulps of a bound. The totals are those of
+    and so are those within a few ulps of a bound. Tokens released by ``summed`` = (a_hi',
+    b_lo'), the a_hi and b_lo of an earlier screen whose released groups the caller has
+    summed (a_hi <= a_hi' and b_lo' <= b_lo), are settled too, and neither flagged nor
+    counted: compared as that screen compared them, they are the same tokens, to the last
+    one (None for none, compiled without those comparisons: they cost the pass a tenth). The totals are those of
     ``index.split_sides``; then come the p-mass of each clipped group and the counts of the
     tokens ``gather`` lays out: of each side not clipped, and of each side released. The
     released groups' sums are left to the passes that visit those tokens anyway (``gather``
@@ -261,6 +266,9 @@ def screen(p, q, bounds, flags):
     (SCREEN_P_MIN).
     """
     over_a_lo, over_a_hi, b_lo, b_hi = screen_factors(bounds)
+    over_a_summed = b_summed = 1.0
+    if summed is not None:
+        _, over_a_summed, b_summed, _ = screen_factors((1.0, summed[0], summed[1], 1.0))
     base = capacity_low = capacity_high = q0 = p_clipped_low = p_clipped_high = 0.0
     n_low = n_high = n_released_low = n_released_high = NO_COUNT
     for i in range(p.size):
@@ -269,20 +277,26 @@ def screen(p, q, bounds, flags):
         low = qi < pi
         high = (qi > pi) & (pi > 0.0)
         clipped_low = low & (qi * over_a_lo < pi)
-        released_low = low & (qi * over_a_hi > pi)
         clipped_high = high & (qi > b_hi * pi)
-        released_high = high & (qi < b_lo * pi)
+        # Laid out: neither clipped nor summed before; released among them.
+        kept_low = low & ~clipped_low
+        kept_high = high & ~clipped_high
+        if summed is not None:
+            kept_low &= ~(qi * over_a_summed > pi)
+            kept_high &= ~(qi < b_summed * pi)
+        released_low = kept_low & (qi * over_a_hi > pi)
+        released_high = kept_high & (qi < b_lo * pi)
         base += min(pi, qi)
         capacity_low += pi - qi if low else 0.0
         capacity_high += qi - pi if high else 0.0
         q0 += qi if pi == 0.0 else 0.0
         p_clipped_low += pi if clipped_low else 0.0
         p_clipped_high += pi if clipped_high else 0.0
-        n_low += _count(low & ~clipped_low)
-        n_high += _count(high & ~clipped_high)
+        n_low += _count(kept_low)
+        n_high += _count(kept_high)
         n_released_low += _count(released_low)
         n_released_high += _count(released_high)
-        flags[i] = ((low & ~clipped_low) * KEPT_LOW + (high & ~clipped_high) * KEPT_HIGH
+        flags[i] = (kept_low * KEPT_LOW + kept_high * KEPT_HIGH
                     + released_low * (RELEASED_LOW - KEPT_LOW) + released_high * (RELEASED_HIGH - KEPT_HIGH))
     return (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, int(n_low), int(n_high),
             int(n_released_low), int(n_released_high))

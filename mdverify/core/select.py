@@ -20,13 +20,15 @@ fixed, is solved by the walk's own ``solve_segment``.
 Long rows (SAMPLE_FROM tokens and more) are screened first (``core.screen``): a sample of the
 row bounds both thresholds, two passes settle every token outside the bounds as clipped or
 released, and the search runs on the few tokens between them, with the settled groups as
-its starting sums (the released ones laid out after them, summed only when a decision needs
-it; or, where most of the row is released, summed at once by a vectorised pass over it). An
-answer that is not the budget's crossing inside its last segment (or the end at m_max) is
-not confirmed: the bounds are widened the way they held the walk back and the row screened
-again, or, where the new bounds clip nothing that the refused ones left, only the
-tokens those laid out (``_screen_by_levels``); where bounds alone show that the settled groups
-hold the walk back (``_held_back``), the released tokens are never summed.
+its starting sums (the released ones laid out after them and summed at once, as the last
+segment needs; or, where most of the row is released, summed where they lie by a vectorised
+pass over it). An answer that is not the budget's crossing inside its last segment (or the
+end at m_max) is not confirmed: the bounds are widened the way they held the walk back and
+the row screened again, taking over the sums of the tokens that the refused bounds released
+where the new ones release them too; or, where the new bounds clip nothing that the refused
+ones left, only the tokens those laid out are settled anew (``_screen_by_levels``), their
+released ones summed only when a decision needs it: where bounds alone show that the settled
+groups hold the walk back (``_held_back``), never.
 
 A long row on which few tokens carry both p and q (a truncated target or drafter) is not
 screened: one pass flags those tokens and sums the p-mass where q = 0 and the q-mass where
@@ -529,7 +531,7 @@ def _search_laid_out(sides, tokens_p, tokens_q, eps, kind, alpha, slope_limit):
     ``sides`` by ``split_sides``."""
     split = split_sides(tokens_p, tokens_q, sides[0], sides[1])
     low, high = _nothing_settled()
-    state, binding, q0, base, _ = _search(sides, split, (0, 0), low, high, eps, kind, alpha, slope_limit)
+    state, binding, q0, base, _ = _search(sides, split, (0, 0, 0, 0), low, high, eps, kind, alpha, slope_limit)
     return state, binding, q0, base
 
 
@@ -591,14 +593,19 @@ def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit, drafter
     (those that held the walk back beyond the optimum's moved mass) settle the tokens those
     left laid out in ``work`` (``_rescreened``), without passing over the row again, where they
     laid out every token they did not clip (their released ones were not summed by the screen,
-    which it does not do where ``drafter_tried``: see SUM_RELEASED_SHARE). ``drafter_tried``:
-    r = q was tried before the levels (``_drafter_state``) and failed, and is not tried again."""
+    which it does not do where ``drafter_tried``: see SUM_RELEASED_SHARE). Bounds that release
+    every token the refused ones released (those that held the walk back short of the
+    optimum's moved mass) screen the row again, but take those tokens' sums as the refused
+    screen left them, and lay out and sum only the tokens released since (``_screened``'s
+    ``summed``). ``drafter_tried``: r = q was tried before the levels (``_drafter_state``) and
+    failed, and is not tried again."""
     summing = not drafter_tried
     bounds = (levels[0, 0], levels[0, 1], levels[0, 2], levels[0, 3])
-    split, unsummed, low, high, laid_out = _screened(p, q, work, bounds, kind, alpha, summing)
+    summed = _none_released()
+    split, layout, low, high, laid_out, released = _screened(p, q, work, bounds, kind, alpha, summing, summed)
     for level in range(levels.shape[0]):
         clipped = (low[P_CLIP], high[P_CLIP])
-        confirmed, hits, state, binding, q0, base = _walk_between(work, split, unsummed, low, high, bounds, eps, kind,
+        confirmed, hits, state, binding, q0, base = _walk_between(work, split, layout, low, high, bounds, eps, kind,
                                                                   alpha, slope_limit)
         if confirmed:
             return True, state, binding, q0, base
@@ -615,10 +622,11 @@ def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit, drafter
                 # more than such ulps (relative _ENDS, or four overshoots) ends inside a proper
                 # last segment, where the walk is exact; the optimum moves that little less
                 # mass. (Screened anew: the search updated the sums; the tokens stay the same.)
-                split, unsummed, low, high, laid_out = _screened(p, q, work, bounds, kind, alpha, summing)
+                split, layout, low, high, laid_out, released = _screened(p, q, work, bounds, kind, alpha, summing,
+                                                                         summed)
                 lower = eps - _rounding_margin(state[D], eps)
                 confirmed, _, lower_state, lower_binding, lower_q0, lower_base = _walk_between(
-                    work, split, unsummed, low, high, bounds, lower, kind, alpha, slope_limit)
+                    work, split, layout, low, high, bounds, lower, kind, alpha, slope_limit)
                 if confirmed:
                     return True, lower_state, lower_binding, lower_q0, lower_base
         if level + 1 == levels.shape[0]:
@@ -626,9 +634,10 @@ def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit, drafter
         within = bounds
         bounds = _onward(bounds, hits, levels[level + 1])
         if laid_out and bounds[0] >= within[0] and bounds[3] <= within[3]:
-            split, unsummed, low, high, laid_out = _rescreened(work, split, clipped, bounds)
-        else:
-            split, unsummed, low, high, laid_out = _screened(p, q, work, bounds, kind, alpha, summing)
+            split, layout, low, high, laid_out, released = _rescreened(work, split, clipped, bounds)
+        else:  # released where the refused bounds released: those tokens' sums stand
+            summed = released if bounds[1] <= within[1] and bounds[2] >= within[2] else _none_released()
+            split, layout, low, high, laid_out, released = _screened(p, q, work, bounds, kind, alpha, summing, summed)
     return False, state, binding, q0, base
 
 
@@ -664,41 +673,74 @@ def screened_walk(p, q, eps, kind, alpha, work, bounds, slope_limit):
     b <= b_lo, b >= b_hi, counting only those that settled a group): with one, the optimum
     presumably lies past it.
     """
-    split, unsummed, low, high, _ = _screened(p, q, work, bounds, kind, alpha, True)
-    return _walk_between(work, split, unsummed, low, high, bounds, eps, kind, alpha, slope_limit)
+    split, layout, low, high, _, _ = _screened(p, q, work, bounds, kind, alpha, True, _none_released())
+    return _walk_between(work, split, layout, low, high, bounds, eps, kind, alpha, slope_limit)
 
 
 @kernel
-def _screened(p, q, work, bounds, kind, alpha, summing):
-    """(split, unsummed, low_sums, high_sums, laid_out) for ``_search``: the row screened between
-    ``bounds`` (``screen.screen``) and its tokens not clipped gathered into ``work``; where
+def _none_released():
+    """A screen's released groups, as ``_screened`` returns them and takes them as ``summed``:
+    the bounds (a_hi, b_lo) that released them, then each side's (low, high) count, moved
+    mass and sum of p f~; here none, as bounds (1, 1) release."""
+    return np.array([1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+
+
+@kernel
+def _screened(p, q, work, bounds, kind, alpha, summing, summed):
+    """(split, layout, low_sums, high_sums, laid_out, released) for ``_search``: the row screened between
+    ``bounds`` (``screen.screen``), its tokens not clipped gathered into ``work``, each side's
+    released ones after its undecided ones, and their sums of p f~ taken at once (the search's
+    last segment needs them, and a later screen may take them over: see ``summed``); where
     ``summing`` and at least SUM_RELEASED_SHARE of the row is released, its released tokens
-    summed instead (``screen.sum_released``) and only the undecided ones gathered (``laid_out``
-    False)."""
+    summed where they lie (``screen.sum_released``) and only the undecided ones gathered.
+    ``laid_out``: every token not clipped is in ``work``, as ``_rescreened`` needs.
+    ``released``: the released groups (``_none_released``), for a later screen.
+
+    ``summed``: the ``released`` of an earlier screen of the row, from bounds that released no
+    more on either side: their tokens are settled as released with the sums given, neither
+    laid out nor summed again. ``_none_released()`` for none.
+    """
     flags = flag_view(work[3], p.size)
     (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, n_low, n_high, n_released_low,
-     n_released_high) = screen(p, q, bounds, flags)
+     n_released_high) = (screen(p, q, bounds, (summed[0], summed[1]), flags) if summed[2] + summed[5] > 0 else
+                         screen(p, q, bounds, None, flags))
     laid_out = not summing or n_released_low + n_released_high < SUM_RELEASED_SHARE * p.size
+    size = work.shape[1]
     if laid_out:  # the released groups' sums from their tokens, laid out after each side's undecided ones
         gather(p, q, flags, work[0], work[1], n_low, n_high, n_released_low, n_released_high)
-        size = work.shape[1]
-        low = released_sums(work[0, n_low - n_released_low:n_low], work[1, n_low - n_released_low:n_low], 1.0)
-        high = released_sums(work[0, size - n_released_high:], work[1, size - n_released_high:], -1.0)
-        released, moved, f_released = (low[0], high[0]), (low[1], high[1]), (np.nan, np.nan)
+        low = _laid_out_sums(kind, alpha, work, n_low - n_released_low, n_low, 1.0)
+        high = _laid_out_sums(kind, alpha, work, size - n_released_high, size, -1.0)
+        moved, f_released = (low[0], high[0]), (low[1], high[1])
+        layout = (0, 0, n_released_low, n_released_high)
     else:  # summed where they lie (work[:3] is free until the gather), and left out of it
-        released, moved, f_released = sum_released(kind, alpha, p, q, flags, work)
+        _, moved, f_released = sum_released(kind, alpha, p, q, flags, work)
         n_low -= n_released_low
         n_high -= n_released_high
         gather(p, q, flags, work[0], work[1], n_low, n_high, 0, 0)
-    return _between(bounds, (q0, base, capacity_low, capacity_high), (n_low, n_high), (n_released_low, n_released_high),
-                    (p_clipped_low, p_clipped_high), released, moved, f_released)
+        layout = (0, 0, 0, 0)
+    released = np.array([bounds[1], bounds[2], summed[2] + n_released_low, summed[3] + moved[0],
+                         summed[4] + f_released[0], summed[5] + n_released_high, summed[6] + moved[1],
+                         summed[7] + f_released[1]])
+    low, high = _between(bounds, (p_clipped_low, p_clipped_high), (released[2] > 0.0, released[5] > 0.0),
+                         (np.nan, np.nan), (released[3], released[6]), (released[4], released[7]))
+    return ((n_low, n_high, q0, base, capacity_low, capacity_high), layout, low, high,
+            laid_out and summed[2] + summed[5] == 0, released)
+
+
+@kernel
+def _laid_out_sums(kind, alpha, work, start, end, s):
+    """(moved mass, sum of p f~) of the released tokens laid out in work[:2, start:end] (keys
+    rho, s = 1, or -rho, s = -1), summed in work[2]."""
+    moved = released_sums(work[0, start:end], work[1, start:end], s)[1]
+    return moved, sum_weighted_f_tilde(kind, alpha, work[0], work[1], s, start, end, 0.0, np.inf, work[2])
 
 
 @kernel
 def _rescreened(work, split, clipped, bounds):
     """``_screened``'s result for ``bounds`` that clip nothing that the bounds of the search
     that left ``work`` did not (a_lo and b_hi no wider): the tokens it laid out there, and the
-    p-mass ``clipped`` of each side's clipped group, settled anew (``_rescreen_side``)."""
+    p-mass ``clipped`` of each side's clipped group, settled anew (``_rescreen_side``); the
+    released ones laid out and not summed (none for a later screen to take)."""
     a_lo, a_hi, b_lo, b_hi = bounds
     n_low, n_high = split[0], split[1]
     size = work.shape[1]
@@ -707,29 +749,25 @@ def _rescreened(work, split, clipped, bounds):
         work[0, :n_low], work[1, :n_low], 1.0, a_lo, a_hi, clipped[0], scratch, False)
     n_high, n_released_high, p_clipped_high, p_released_high, moved_released_high = _rescreen_side(
         work[0, size - n_high:], work[1, size - n_high:], -1.0, -b_hi, -b_lo, clipped[1], scratch, True)
-    return _between(bounds, split[2:], (n_low, n_high), (n_released_low, n_released_high),
-                    (p_clipped_low, p_clipped_high), (p_released_low, p_released_high),
-                    (moved_released_low, moved_released_high), (np.nan, np.nan))
+    low, high = _between(bounds, (p_clipped_low, p_clipped_high), (n_released_low > 0, n_released_high > 0),
+                         (p_released_low, p_released_high), (moved_released_low, moved_released_high),
+                         (np.nan, np.nan))
+    return (n_low, n_high) + split[2:], (n_released_low, n_released_high, 0, 0), low, high, True, _none_released()
 
 
 @kernel
-def _between(bounds, totals, counts, released_counts, clipped, released, moved, f_released):
-    """(split, unsummed, low_sums, high_sums, laid_out) for ``_search`` of a row settled between
-    ``bounds``: its (q0, base, capacity_low, capacity_high); each side's (low, high) tokens laid
-    out and its released tokens; the p-mass of its clipped and released groups and the moved
-    mass of the released; and the released groups' sums of p f~, nan where they are laid out
-    (after the undecided tokens) and not summed."""
+def _between(bounds, clipped, any_released, released, moved, f_released):
+    """(low_sums, high_sums) for ``_search`` of a row settled between ``bounds``: from the p-mass
+    of each side's clipped group, whether it has a released group, and that group's p-mass, moved mass and sum
+    of p f~ (nan where it is laid out and not summed; the p-mass matters only then)."""
     a_lo, a_hi, b_lo, b_hi = bounds
-    q0, base, capacity_low, capacity_high = totals
     # Keys: rho on the low side, -rho on the high side (clipped below a_lo and -b_hi, released
     # above a_hi and -b_lo).
     low = _settled(clipped[0], a_lo if clipped[0] > 0.0 else -np.inf, released[0], moved[0],
-                   a_hi if released_counts[0] > 0 else 1.0, f_released[0])
+                   a_hi if any_released[0] else 1.0, f_released[0])
     high = _settled(clipped[1], -b_hi if clipped[1] > 0.0 else -np.inf, released[1], moved[1],
-                    -b_lo if released_counts[1] > 0 else -1.0, f_released[1])
-    laid_out = np.isnan(f_released[0])
-    unsummed = released_counts if laid_out else (0, 0)
-    return (counts[0], counts[1], q0, base, capacity_low, capacity_high), unsummed, low, high, laid_out
+                    -b_lo if any_released[1] else -1.0, f_released[1])
+    return low, high
 
 
 @kernel(borrow=True)
@@ -771,11 +809,11 @@ def _rescreen_side(key, weight, s, clip_below, release_above, p_clipped, scratch
 
 
 @kernel
-def _walk_between(work, split, unsummed, low, high, bounds, eps, kind, alpha, slope_limit):
+def _walk_between(work, split, layout, low, high, bounds, eps, kind, alpha, slope_limit):
     """``screened_walk``'s result from the search of a screened row (``_screened``)."""
     a_lo, a_hi, b_lo, b_hi = bounds
     settled = (low[P_CLIP] > 0.0, low[M_REL] > 0.0, high[M_REL] > 0.0, high[P_CLIP] > 0.0)
-    state, binding, q0, base, stopped = _search(work, split, unsummed, low, high, eps, kind, alpha, slope_limit)
+    state, binding, q0, base, stopped = _search(work, split, layout, low, high, eps, kind, alpha, slope_limit)
     a, b = state[A], state[B]
     # A threshold within the screen's slack of a bound reached it: the tokens there are left
     # undecided, and one of them, its ratio an ulp past the bound's, may be where the walk stops.
@@ -1293,10 +1331,11 @@ def _narrow(keys, ps, positions, sums, scratch, capacity_high, fill_open, m_max,
 
 
 @kernel
-def _search(work, split, unsummed, low_sums, high_sums, eps, kind, alpha, slope_limit):
+def _search(work, split, layout, low_sums, high_sums, eps, kind, alpha, slope_limit):
     """``select_walk`` on rows already split into ``work``: ``split`` is what ``split_sides``
-    returns, with the last ``unsummed`` tokens of each side (low, high) released before the
-    search and not summed; ``low_sums`` and ``high_sums`` the sides' sums over the tokens
+    returns, and ``layout`` = (unsummed_low, unsummed_high, summed_low, summed_high) the
+    tokens at the end of each side (low, high) released before the search, the summed ones
+    last (their sums of p f~ are in the sums below); ``low_sums`` and ``high_sums`` the sides' sums over the tokens
     settled before the search (``_settled``), which the search updates.
 
     With a finite ``slope_limit`` (1 / price) the search finds the largest m whose slope
@@ -1318,8 +1357,8 @@ def _search(work, split, unsummed, low_sums, high_sums, eps, kind, alpha, slope_
     keys = (low_key, high_key)
     ps = (low_p, high_p)
     signs = (1.0, -1.0)
-    low_position = np.array([0, n_low - unsummed[0], n_low], np.int64)
-    high_position = np.array([0, n_high - unsummed[1], n_high], np.int64)
+    low_position = np.array([0, n_low - layout[0] - layout[2], n_low - layout[2]], np.int64)
+    high_position = np.array([0, n_high - layout[1] - layout[3], n_high - layout[3]], np.int64)
     positions = (low_position, high_position)
     sums = (low_sums, high_sums)
     fpinf = f_tilde_prime_at_inf(kind, alpha)
