@@ -73,28 +73,40 @@ def test_screen_flags_and_sums(bounds):
                                    atol=1e-300, err_msg=label)
         counts = [(low & ~settled).sum(), (high & ~settled).sum(), (flags[: p.size] == screen.RELEASED_LOW).sum(),
                   (flags[: p.size] == screen.RELEASED_HIGH).sum()]
-        assert got[6:] == tuple(counts), label
+        assert got[6:] == tuple(counts) + (0, 0), label
 
 
 @pytest.mark.parametrize("bounds, summed", [((0.3, 0.8, 1.5, 4.0), (0.9, 1.2)), ((0.3, 0.8, 1.5, 4.0), (0.8, 1.5)),
+                                            ((0.3, 0.8, 1.5, 4.0), (0.5, 2.5)), ((0.3, 0.8, 1.5, 4.0), (0.9, 2.5)),
                                             ((0.0, 0.5, 2.0, np.inf), (0.7, 1.3)), ((0.9, 0.9, 1.1, 1.1), (1.0, 1.0))])
-def test_screen_settles_the_tokens_an_earlier_screen_released(bounds, summed):
+def test_screen_settles_or_reopens_the_tokens_an_earlier_screen_released(bounds, summed):
     """Given the (a_hi, b_lo) of an earlier screen whose released groups are summed, the screen
-    settles exactly the tokens that screen released, to the last one, and flags, counts and
-    sums every other token as it does without them."""
+    finds exactly the tokens that screen released, to the last one: it settles those it
+    releases too, flags those it leaves undecided as reopened, and flags, counts and sums
+    every other token as it does without them."""
     a_lo, _, _, b_hi = bounds
+    found = np.zeros(2, np.int64)  # settled and reopened, over the rows
     for label, p, q in _rows():
         work = np.zeros((4, p.size))
         flags = screen.flag_view(work[3], p.size)
-        earlier = screen.screen(p, q, (a_lo, summed[0], summed[1], b_hi), None, flags)
-        released = np.isin(flags[: p.size], (screen.RELEASED_LOW, screen.RELEASED_HIGH))
+        screen.screen(p, q, (a_lo, summed[0], summed[1], b_hi), None, flags)
+        before = np.isin(flags[: p.size], (screen.RELEASED_LOW, screen.RELEASED_HIGH))
         alone = screen.screen(p, q, bounds, None, flags)
-        expected = np.where(released, screen.SETTLED, flags[: p.size])
+        alone_flags = flags[: p.size].copy()
         got = screen.screen(p, q, bounds, summed, flags)
+        expected = np.select([before & (alone_flags >= screen.RELEASED_LOW), before & (alone_flags == screen.KEPT_LOW),
+                              before & (alone_flags == screen.KEPT_HIGH)],
+                             np.array([screen.SETTLED, screen.REOPENED_LOW, screen.REOPENED_HIGH], np.uint8),
+                             alone_flags)
         np.testing.assert_array_equal(flags[: p.size], expected, err_msg=label)
         np.testing.assert_allclose(got[:6], alone[:6], rtol=1e-13, atol=1e-300, err_msg=label)
-        assert got[6:] == (alone[6] - earlier[8], alone[7] - earlier[9], alone[8] - earlier[8],
-                           alone[9] - earlier[9]), label
+        settled = [(before & (alone_flags == flag)).sum() for flag in (screen.RELEASED_LOW, screen.RELEASED_HIGH)]
+        reopened = [(expected == flag).sum() for flag in (screen.REOPENED_LOW, screen.REOPENED_HIGH)]
+        assert got[6:] == (alone[6] - settled[0], alone[7] - settled[1], alone[8] - settled[0],
+                           alone[9] - settled[1], reopened[0], reopened[1]), label
+        found += (sum(settled), sum(reopened))
+    releases_more = summed[0] < bounds[1] or summed[1] > bounds[2]
+    assert (found > 0).tolist() == [summed != (1.0, 1.0), releases_more]
 
 
 @pytest.mark.skipif(not MASK_REGISTERS, reason="compiled without AVX-512 here: the test above counts in int64")
@@ -125,10 +137,12 @@ def test_screen_decides_ratios_next_to_the_bounds_as_their_rounding(dtype):
     _check_flags(flags, p, q, bounds)
 
 
+@pytest.mark.parametrize("summed", [None, (0.6, 1.1), (0.95, 2.0)])
 @pytest.mark.parametrize("dense", [False, True])
-def test_gather_lays_out_each_side_undecided_first_then_released(dense, monkeypatch):
+def test_gather_lays_out_each_side_undecided_first_then_released(dense, summed, monkeypatch):
     """Both of gather's ways (visiting the flagged tokens, or every token) give split_sides'
-    layout with each side's undecided tokens first, its released ones after, in row order."""
+    layout with each side's undecided tokens first (the reopened ones before the others), its
+    released ones after, in row order."""
     for share in ("DENSE", "DENSE_UNCACHED"):  # run as Python, gather reads them each call
         monkeypatch.setattr(screen, share, 0.0 if dense else 2.0)
     gather = screen.gather.py_func
@@ -137,16 +151,17 @@ def test_gather_lays_out_each_side_undecided_first_then_released(dense, monkeypa
         n = p.size
         work = np.full((4, n), np.nan)
         flags = screen.flag_view(work[3], n)
-        n_low, n_high, n_released_low, n_released_high = screen.screen(p, q, bounds, None, flags)[6:]
-        gather(p, q, flags, work[0], work[1], n_low, n_high, n_released_low, n_released_high)
+        counts = screen.screen(p, q, bounds, summed, flags)[6:]
+        n_low, n_high, n_released_low, n_released_high, n_reopened_low, n_reopened_high = counts
+        gather(p, q, flags, work[0], work[1], *counts[:4], None if summed is None else counts[4:])
         expected = flags[:n].copy()
         rho = _ratios(p, q)[0]
-        groups = {flag: np.flatnonzero(expected == flag) for flag in (screen.KEPT_LOW, screen.RELEASED_LOW,
-                                                                       screen.KEPT_HIGH, screen.RELEASED_HIGH)}
-        assert (n_released_low, n_released_high) == (groups[screen.RELEASED_LOW].size,
-                                                      groups[screen.RELEASED_HIGH].size), label
-        low = np.concatenate([groups[screen.KEPT_LOW], groups[screen.RELEASED_LOW]])
-        high = np.concatenate([groups[screen.KEPT_HIGH], groups[screen.RELEASED_HIGH]])
+        groups = {flag: np.flatnonzero(expected == flag) for flag in range(1, 7)}
+        assert (n_released_low, n_released_high, n_reopened_low, n_reopened_high) == (
+            groups[screen.RELEASED_LOW].size, groups[screen.RELEASED_HIGH].size, groups[screen.REOPENED_LOW].size,
+            groups[screen.REOPENED_HIGH].size), label
+        low = np.concatenate([groups[screen.REOPENED_LOW], groups[screen.KEPT_LOW], groups[screen.RELEASED_LOW]])
+        high = np.concatenate([groups[screen.REOPENED_HIGH], groups[screen.KEPT_HIGH], groups[screen.RELEASED_HIGH]])
         assert (n_low, n_high) == (low.size, high.size), label
         np.testing.assert_array_equal(work[0, :n_low], rho[low], err_msg=label)
         np.testing.assert_array_equal(work[1, :n_low], p[low].astype(np.float64), err_msg=label)
@@ -166,14 +181,13 @@ def test_released_tokens_summed_in_place_are_the_sums_of_their_terms(name):
             n = p.size
             work = np.zeros((4, n))
             flags = screen.flag_view(work[3], n)
-            n_low, n_high, n_released_low, n_released_high = screen.screen(p, q, bounds, None, flags)[6:]
+            n_low, n_high, n_released_low, n_released_high = screen.screen(p, q, bounds, None, flags)[6:10]
             before = flags[:n].copy()
             p_mass, moved, f = screen.sum_released(entry.kind, entry.param, p, q, flags, work)
             released = before >= screen.RELEASED_LOW
             np.testing.assert_array_equal(flags[:n], np.where(released, screen.SETTLED, before), err_msg=label)
             flags[:n] = before
-            screen.gather(p, q, flags, work[0], work[1], n_low, n_high, n_released_low,
-                          n_released_high)
+            screen.gather(p, q, flags, work[0], work[1], n_low, n_high, n_released_low, n_released_high, None)
             p64, rho = p.astype(np.float64), _ratios(p, q)[0]
             for side, s, start, end, flag in ((0, 1.0, n_low - n_released_low, n_low, screen.RELEASED_LOW),
                                               (1, -1.0, n - n_released_high, n, screen.RELEASED_HIGH)):
@@ -350,45 +364,61 @@ def test_bounds_within_refused_ones_settle_what_those_left(family, seed, diverge
     np.testing.assert_allclose(base + state[M], ref.acceptance, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("summing", [True, False])
-@pytest.mark.parametrize("family, seed, divergence, eps", [
-    ("LLM-like, T = 1.5", 4, "hellinger", 0.1), ("unrelated drafter", 3, "tv", 0.01),
-    ("LLM-like, T = 1.5", 5, "hellinger", 0.1)])
-def test_bounds_beyond_refused_ones_take_their_released_sums(family, seed, divergence, eps, summing):
-    """After bounds refused short of the optimum's moved mass (a_lo or b_hi), the next bounds
-    release every token those released: the row screened again with the refused screen's
-    released groups taken as summed gives the groups and sums that screening it afresh gives,
-    laying out only the tokens released since, and the search on it the same decisions."""
+def _first_level(family, seed, divergence, eps, summing, n=16384):
+    """A row of a benchmark family, its screen by the first bounds of its sample, and the
+    search on that: (p, q, entry, levels, work, released, hits)."""
     from mdverify.bench.families import FAMILIES
 
-    p, q = FAMILIES[family](16384, np.random.default_rng(seed))
+    p, q = FAMILIES[family](n, np.random.default_rng(seed))
     entry = md.divergence(divergence)
-    work, fresh_work = np.empty((4, p.size)), np.empty((4, p.size))
+    work = np.empty((4, p.size))
     _, _, tokens, ps, qs = select._sample(p, q, work, False)
     levels, _ = select._sample_bounds(p.size, tokens, ps, qs, eps, entry.kind, entry.param, np.inf)
+    split, layout, low, high, _, released = select._screened(p, q, work, tuple(levels[0]), entry.kind, entry.param,
+                                                             summing, select._none_released())
+    _, hits, *_ = select._walk_between(work, split, layout, low, high, tuple(levels[0]), eps, entry.kind,
+                                       entry.param, np.inf)
+    return p, q, entry, levels, work, released, hits
+
+
+@pytest.mark.parametrize("summing", [True, False])
+@pytest.mark.parametrize("family, seed, divergence, eps, more", [
+    ("LLM-like, T = 1.5", 4, "hellinger", 0.1, True), ("unrelated drafter", 3, "tv", 0.01, True),
+    ("LLM-like, T = 1.5", 5, "hellinger", 0.1, True), ("LLM-like, T = 1.5", 1, "kl", 0.1, False),
+    ("Zipf, weak drafter noise", 0, "reverse_kl", 0.01, False)])
+def test_bounds_after_refused_ones_take_their_released_sums(family, seed, divergence, eps, more, summing):
+    """After bounds refused short of the optimum's moved mass (a_lo or b_hi: ``more``) or
+    beyond it (a_hi or b_lo), the row screened by the next bounds with the refused screen's
+    released groups taken as summed gives the groups and sums that screening it afresh gives,
+    laying out and summing only the tokens released since and those reopened, and the search
+    on it the same decisions."""
+    p, q, entry, levels, work, released, hits = _first_level(family, seed, divergence, eps, summing)
     first = tuple(levels[0])
-    split, layout, low, high, _, released = select._screened(p, q, work, first, entry.kind, entry.param, summing,
-                                                             select._none_released())
-    _, hits, *_ = select._walk_between(work, split, layout, low, high, first, eps, entry.kind, entry.param, np.inf)
-    assert (hits[0] or hits[3]) and not (hits[1] or hits[2])
-    bounds = select._onward(first, hits, levels[1])
-    assert bounds[1] <= first[1] and bounds[2] >= first[2]
-    carried = select._screened(p, q, work, bounds, entry.kind, entry.param, summing, released)
-    fresh = select._screened(p, q, fresh_work, bounds, entry.kind, entry.param, summing, select._none_released())
-    assert not carried[4]  # its released tokens are not all in work: never settled from there
-    released_anew = screen.screen(p, q, bounds, None, screen.flag_view(fresh_work[3], p.size))[8:]
     assert released[2] + released[5] > 0
+    assert hits.any() and (hits[0] or hits[3]) == more and (hits[1] or hits[2]) != more
+    bounds = select._onward(first, hits, levels[1])
+    fresh_work = np.empty_like(work)
+    taken, carried = select._screen_and_sum(p, q, work, bounds, entry.kind, entry.param, summing, released)
+    fresh = select._screened(p, q, fresh_work, bounds, entry.kind, entry.param, summing, select._none_released())
+    assert taken and not carried[4]  # its released tokens are not all in work: never settled from there
+    flags = screen.flag_view(fresh_work[3], p.size)
+    anew = screen.screen(p, q, bounds, None, flags)[8:10]
     np.testing.assert_allclose(carried[0][2:], fresh[0][2:], rtol=1e-13)
     fields = [select.P_CLIP, select.M_REL, select.F_EXACT, select.P_UNC, select.M_UNC, select.CLIP_MAX,
               select.REL_MIN]
+    reopened = screen.screen(p, q, bounds, (released[0], released[1]), flags)[10:]
     for side in range(2):
         np.testing.assert_allclose(carried[2 + side][fields], fresh[2 + side][fields], rtol=1e-12, atol=1e-300)
         undecided = [split_[side] - layout_[side] - layout_[2 + side] for split_, layout_ in (carried[:2], fresh[:2])]
         assert undecided[0] == undecided[1]
-        # Laid out and summed: the tokens released since the refused screen, only.
-        assert carried[1][2 + side] == released_anew[side] - released[2 + 3 * side]
-    # The search then decides as on the row screened afresh (the last row's bounds here are
-    # refused again), and what it confirms is the optimum.
+        # The released groups as a screen afresh counts them; those released before laid out
+        # only where the refused bounds left them undecided (reopened, a side's or none).
+        assert carried[5][2 + 3 * side] == anew[side]
+        assert carried[1][2 + side] == (anew[side] - released[2 + 3 * side] if more else 0)
+        assert carried[1][side] == 0 and (reopened[side] == 0 or not more)
+    assert more or sum(reopened) > 0
+    # The search then decides as on the row screened afresh (one row's bounds here are refused
+    # again), and what it confirms is the optimum.
     searches = [select._walk_between(w, *screened[:4], bounds, eps, entry.kind, entry.param, np.inf)
                 for w, screened in ((work, carried), (fresh_work, fresh))]
     (confirmed, hits, state, _, _, base), again = searches
@@ -398,6 +428,25 @@ def test_bounds_beyond_refused_ones_take_their_released_sums(family, seed, diver
         ref = md.mentor(p, q, eps, entry, method="sorted")
         np.testing.assert_allclose(base + state[M], ref.acceptance, rtol=0, atol=1e-12)
     assert confirmed != (seed == 5)
+
+
+def test_sums_mostly_reopened_are_not_taken():
+    """Where the tokens a screen reopens carry all but a sliver (under KEPT_SHARE) of the
+    earlier screen's sums, the difference would lose their precision: the row is screened as
+    without them."""
+    p, q, entry, levels, work, released, _ = _first_level("LLM-like, T = 1.5", 1, "kl", 0.1, True)
+    first = tuple(levels[0])
+    rho = _ratios(p, q)[0]
+    a_hi = np.sort(rho[rho < 1.0])[-3] * (1.0 - 1e-9)  # releasing the few low tokens nearest 1
+    bounds = (first[0], a_hi, first[2], first[3])
+    taken, carried = select._screen_and_sum(p, q, work, bounds, entry.kind, entry.param, True, released)
+    assert not taken and 0 < carried[5][2] <= 3  # a sliver left, not nothing
+    fresh_work = np.empty_like(work)
+    got = select._screened(p, q, work, bounds, entry.kind, entry.param, True, released)
+    fresh = select._screened(p, q, fresh_work, bounds, entry.kind, entry.param, True, select._none_released())
+    assert got[:2] == fresh[:2] and got[4] == fresh[4]
+    for a, b in zip(got[2:4] + got[5:], fresh[2:4] + fresh[5:]):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_long_rows_of_every_family_match_sorted(entry):

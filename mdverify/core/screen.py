@@ -14,9 +14,9 @@ summed there (their moved mass by ``released_sums`` and their p f~(rho), over th
 alone, not in the screen's pass over all of them); where few tokens are flagged, it visits
 only those, skipping eight unflagged tokens at a time. Where most of the row is released,
 ``sum_released`` sums their terms where they lie instead, in a vectorised pass, and the
-gather copies only the undecided tokens. A screen of the row after an earlier one whose
-released tokens it releases too may take their sums from that one (``screen``'s
-``summed``): it then flags, lays out and sums only the tokens released since.
+gather copies only the undecided tokens. A screen of the row after an earlier one may take
+over the sums of the tokens that one released (``screen``'s ``summed``): it then lays out
+and sums only the tokens released since and those it reopens (released then, undecided now).
 
 The bounds are an estimate, so the solve on the screened row must confirm its answer: the
 search sums every group exactly, so its last segment is a true segment of the row's
@@ -39,9 +39,11 @@ from mdverify.core.terms import CHUNK, weighted_f_tilde
 
 _LITTLE_ENDIAN = sys.byteorder == "little"
 
-#: Flag values of the screen pass: settled as clipped (or neither low nor high), undecided,
-#: settled as released. The low side's flags are the odd ones (``_place`` tests the bit).
-SETTLED, KEPT_LOW, KEPT_HIGH, RELEASED_LOW, RELEASED_HIGH = range(5)
+#: Flag values of the screen pass: settled as clipped (or neither low nor high, or released and
+#: summed before: ``screen``'s ``summed``), undecided, settled as released, and undecided after
+#: it was released and summed before. The low side's flags are the odd ones (``_place`` tests
+#: the bit).
+SETTLED, KEPT_LOW, KEPT_HIGH, RELEASED_LOW, RELEASED_HIGH, REOPENED_LOW, REOPENED_HIGH = range(7)
 
 #: The screen's rows: every p_i = 0 or p_i >= SCREEN_P_MIN (probabilities down to 1e-300
 #: included), and, as in any distribution, every q_i <= 1 (up to 2^10 would do). Then q/p
@@ -243,49 +245,62 @@ def screen_factors(bounds):
 @kernel(reassociate=True, borrow=True)
 def screen(p, q, bounds, summed, flags):
     """Flag every token for the search; return (base, capacity_low, capacity_high, q0,
-    p_clipped_low, p_clipped_high, n_low, n_high, n_released_low, n_released_high).
+    p_clipped_low, p_clipped_high, n_low, n_high, n_released_low, n_released_high,
+    n_reopened_low, n_reopened_high).
 
     ``bounds`` = (a_lo, a_hi, b_lo, b_hi) with a_lo <= a_hi < 1 < b_lo <= b_hi. A low token
     (q < p) with ratio rho = q/p below a_lo, and a high one (q > p > 0) with rho above b_hi,
     are settled as clipped; a low token with rho above a_hi, and a high one below b_lo, as
     released (RELEASED_LOW, RELEASED_HIGH); the others are undecided (KEPT_LOW, KEPT_HIGH),
-    and so are those within a few ulps of a bound. Tokens released by ``summed`` = (a_hi',
-    b_lo'), the a_hi and b_lo of an earlier screen whose released groups the caller has
-    summed (a_hi <= a_hi' and b_lo' <= b_lo), are settled too, and neither flagged nor
-    counted: compared as that screen compared them, they are the same tokens, to the last
-    one (None for none, compiled without those comparisons: they cost the pass a tenth). The totals are those of
+    and so are those within a few ulps of a bound. The totals are those of
     ``index.split_sides``; then come the p-mass of each clipped group and the counts of the
-    tokens ``gather`` lays out: of each side not clipped, and of each side released. The
-    released groups' sums are left to the passes that visit those tokens anyway (``gather``
-    and ``released_sums``, or ``sum_released``): here each sum costs every token of the row
-    (four of them took a sixth of this pass: 124 -> 102 us at n = 131072, AMD EPYC Zen 4).
+    tokens ``gather`` lays out: of each side not clipped, of each side released, and of each
+    side reopened (below). The released groups' sums are left to the passes that visit those
+    tokens anyway (``gather`` and ``released_sums``, or ``sum_released``): here each sum costs
+    every token of the row (four of them took a sixth of this pass: 124 -> 102 us at n =
+    131072, AMD EPYC Zen 4).
 
     No ratio is computed: the bounds are compared as products (``screen_factors``), for a
     division per token would cost this pass three times the rest. The counts are added as
     ``_count`` chooses for the target. Requires the row to be in the screen's range
     (SCREEN_P_MIN).
+
+    ``summed`` = (a_hi', b_lo'): the a_hi and b_lo of an earlier screen of the row whose
+    released groups the caller has summed, bounds that released no token these clip (a_lo <=
+    a_hi' and b_lo' <= b_hi); None for none (compiled without its comparisons, which cost the
+    pass a tenth: 150 -> 166 us at n = 131072, an Intel Xeon). Compared as that screen compared them, its released tokens are found to
+    the last one: those released here too are settled, their sums being the caller's, and
+    those undecided here flagged REOPENED_LOW or REOPENED_HIGH, counted among the undecided
+    and apart, for the caller to take their sums out; neither kind is counted as released.
     """
     over_a_lo, over_a_hi, b_lo, b_hi = screen_factors(bounds)
     over_a_summed = b_summed = 1.0
     if summed is not None:
         _, over_a_summed, b_summed, _ = screen_factors((1.0, summed[0], summed[1], 1.0))
     base = capacity_low = capacity_high = q0 = p_clipped_low = p_clipped_high = 0.0
-    n_low = n_high = n_released_low = n_released_high = NO_COUNT
+    n_low = n_high = n_released_low = n_released_high = n_reopened_low = n_reopened_high = NO_COUNT
     for i in range(p.size):
         pi = np.float64(p[i])
         qi = np.float64(q[i])
         low = qi < pi
         high = (qi > pi) & (pi > 0.0)
         clipped_low = low & (qi * over_a_lo < pi)
+        released_low = low & (qi * over_a_hi > pi)
         clipped_high = high & (qi > b_hi * pi)
-        # Laid out: neither clipped nor summed before; released among them.
+        released_high = high & (qi < b_lo * pi)
         kept_low = low & ~clipped_low
         kept_high = high & ~clipped_high
-        if summed is not None:
-            kept_low &= ~(qi * over_a_summed > pi)
-            kept_high &= ~(qi < b_summed * pi)
-        released_low = kept_low & (qi * over_a_hi > pi)
-        released_high = kept_high & (qi < b_lo * pi)
+        if summed is not None:  # released before: settled if released here, else reopened
+            before_low = low & (qi * over_a_summed > pi)
+            before_high = high & (qi < b_summed * pi)
+            reopened_low = before_low & ~released_low
+            reopened_high = before_high & ~released_high
+            n_reopened_low += _count(reopened_low)
+            n_reopened_high += _count(reopened_high)
+            kept_low &= ~(before_low & released_low)
+            kept_high &= ~(before_high & released_high)
+            released_low &= ~before_low
+            released_high &= ~before_high
         base += min(pi, qi)
         capacity_low += pi - qi if low else 0.0
         capacity_high += qi - pi if high else 0.0
@@ -298,8 +313,10 @@ def screen(p, q, bounds, summed, flags):
         n_released_high += _count(released_high)
         flags[i] = (kept_low * KEPT_LOW + kept_high * KEPT_HIGH
                     + released_low * (RELEASED_LOW - KEPT_LOW) + released_high * (RELEASED_HIGH - KEPT_HIGH))
+        if summed is not None:
+            flags[i] += reopened_low * (REOPENED_LOW - KEPT_LOW) + reopened_high * (REOPENED_HIGH - KEPT_HIGH)
     return (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, int(n_low), int(n_high),
-            int(n_released_low), int(n_released_high))
+            int(n_released_low), int(n_released_high), int(n_reopened_low), int(n_reopened_high))
 
 
 @kernel(reassociate=True, borrow=True)
@@ -348,8 +365,14 @@ def sum_released(kind, alpha, p, q, flags, scratch):
         moved_low += chunk_moved_low
         moved_high += chunk_moved_high
         for j in range(count):
-            chunk[j] = SETTLED if chunk[j] >= RELEASED_LOW else chunk[j]
+            chunk[j] = SETTLED if _released(chunk[j]) else chunk[j]
     return (p_low, p_high), (moved_low, moved_high), (f_low, f_high)
+
+
+@kernel(inline=True)
+def _released(flag):
+    """Whether a flag is RELEASED_LOW or RELEASED_HIGH."""
+    return (flag == RELEASED_LOW) | (flag == RELEASED_HIGH)
 
 
 @kernel(borrow=True)
@@ -358,7 +381,7 @@ def _released_terms(p, q, flags, ratio, weight):
     q/p, maybe inf or nan, is selected away)."""
     for j in range(p.size):
         pj = np.float64(p[j])
-        released = flags[j] >= RELEASED_LOW
+        released = _released(flags[j])
         ratio[j] = np.float64(q[j]) / pj if released else 1.0
         weight[j] = pj if released else 0.0
 
@@ -394,18 +417,27 @@ CACHED_TOKENS = 32768
 
 
 @kernel
-def gather(p, q, flags, key, weight, n_low, n_high, n_released_low, n_released_high):
-    """Copy every token not settled as clipped into ``key`` and ``weight`` as ``index.split_sides``
+def gather(p, q, flags, key, weight, n_low, n_high, n_released_low, n_released_high, reopened):
+    """Copy every token flagged by ``screen`` into ``key`` and ``weight`` as ``index.split_sides``
     lays a row out, low keys rho in key[:n_low] and high keys -rho in key[size - n_high:], each
-    side's undecided tokens first and its released ones after them, each group in row order
-    (the counts are ``screen``'s).
+    side's undecided tokens first (the reopened ones before the others) and its released ones
+    after them, each group in row order (the counts are ``screen``'s; ``reopened`` its
+    (n_reopened_low, n_reopened_high), or None after a screen without ``summed``).
 
     Without branches on the flag: each token goes to the next slot of its group, the cursor
     that its flag indexes. Where few tokens are flagged, only those are visited, found as
     ``flagged`` finds them (their positions are not stored); otherwise every token is, a
     settled one written to a slot between the sides that stays free, its cursor never moved.
     """
-    cursors = np.array([n_low, 0, key.size - n_high, n_low - n_released_low, key.size - n_released_high])
+    # One cursor per flag (see SETTLED), where its group starts.
+    # Compiled apart without reopened tokens, with a cursor for each of the five flags such a
+    # screen sets: seven took this pass 162 us where five take 144 (n = 131072, an Intel Xeon).
+    if reopened is None:
+        cursors = np.array([n_low, 0, key.size - n_high, n_low - n_released_low, key.size - n_released_high])
+    else:
+        n_reopened_low, n_reopened_high = reopened
+        cursors = np.array([n_low, n_reopened_low, key.size - n_high + n_reopened_high, n_low - n_released_low,
+                            key.size - n_released_high, 0, key.size - n_high])
     n = p.size
     # The flagged way reads a word's bytes as little-endian; elsewhere every token is visited.
     if _LITTLE_ENDIAN and n_low + n_high < (DENSE if n <= CACHED_TOKENS else DENSE_UNCACHED) * n:

@@ -25,10 +25,10 @@ segment needs; or, where most of the row is released, summed where they lie by a
 pass over it). An answer that is not the budget's crossing inside its last segment (or the
 end at m_max) is not confirmed: the bounds are widened the way they held the walk back and
 the row screened again, taking over the sums of the tokens that the refused bounds released
-where the new ones release them too; or, where the new bounds clip nothing that the refused
-ones left, only the tokens those laid out are settled anew (``_screen_by_levels``), their
-released ones summed only when a decision needs it: where bounds alone show that the settled
-groups hold the walk back (``_held_back``), never.
+(less those of the ones it leaves undecided); or, where the new bounds clip nothing that
+the refused ones left, only the tokens those laid out are settled anew
+(``_screen_by_levels``), their released ones summed only when a decision needs it: where
+bounds alone show that the settled groups hold the walk back (``_held_back``), never.
 
 A long row on which few tokens carry both p and q (a truncated target or drafter) is not
 screened: one pass flags those tokens and sums the p-mass where q = 0 and the q-mass where
@@ -92,6 +92,10 @@ SPARSE_SHARE = 16
 #: keeps a refused level from settling the laid-out tokens anew (``_rescreened``). Not after
 #: r = q was tried and failed (budgets just below D(q || p)): there it cost 3-8% more.
 SUM_RELEASED_SHARE = 0.6
+#: A screen after a refused one takes over the sums of the tokens that one released, less those
+#: of the tokens it reopens (``_screened``), where at least this share of each sum is left: the
+#: difference then keeps its relative precision within 64 times theirs.
+KEPT_SHARE = 1.0 / 64.0
 #: A sample on which the budget does not bind where it binds on the row misjudged its
 #: thresholds too: the screen then starts from this level of SAMPLE_REACH.
 MISJUDGED_LEVEL = 2
@@ -593,12 +597,11 @@ def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit, drafter
     (those that held the walk back beyond the optimum's moved mass) settle the tokens those
     left laid out in ``work`` (``_rescreened``), without passing over the row again, where they
     laid out every token they did not clip (their released ones were not summed by the screen,
-    which it does not do where ``drafter_tried``: see SUM_RELEASED_SHARE). Bounds that release
-    every token the refused ones released (those that held the walk back short of the
-    optimum's moved mass) screen the row again, but take those tokens' sums as the refused
-    screen left them, and lay out and sum only the tokens released since (``_screened``'s
-    ``summed``). ``drafter_tried``: r = q was tried before the levels (``_drafter_state``) and
-    failed, and is not tried again."""
+    which it does not do where ``drafter_tried``: see SUM_RELEASED_SHARE). Other bounds screen
+    the row again, but take over the sums of the tokens that a refused screen released
+    (``_screened``'s ``summed``): those released again are neither laid out nor summed.
+    ``drafter_tried``: r = q was tried before the levels (``_drafter_state``) and failed, and
+    is not tried again."""
     summing = not drafter_tried
     bounds = (levels[0, 0], levels[0, 1], levels[0, 2], levels[0, 3])
     summed = _none_released()
@@ -635,8 +638,8 @@ def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit, drafter
         bounds = _onward(bounds, hits, levels[level + 1])
         if laid_out and bounds[0] >= within[0] and bounds[3] <= within[3]:
             split, layout, low, high, laid_out, released = _rescreened(work, split, clipped, bounds)
-        else:  # released where the refused bounds released: those tokens' sums stand
-            summed = released if bounds[1] <= within[1] and bounds[2] >= within[2] else _none_released()
+        else:  # the sums of the tokens that the refused bounds released, where these clip none of them
+            summed = released if bounds[0] <= within[1] and bounds[3] >= within[2] else _none_released()
             split, layout, low, high, laid_out, released = _screened(p, q, work, bounds, kind, alpha, summing, summed)
     return False, state, binding, q0, base
 
@@ -687,27 +690,48 @@ def _none_released():
 
 @kernel
 def _screened(p, q, work, bounds, kind, alpha, summing, summed):
-    """(split, layout, low_sums, high_sums, laid_out, released) for ``_search``: the row screened between
-    ``bounds`` (``screen.screen``), its tokens not clipped gathered into ``work``, each side's
-    released ones after its undecided ones, and their sums of p f~ taken at once (the search's
-    last segment needs them, and a later screen may take them over: see ``summed``); where
-    ``summing`` and at least SUM_RELEASED_SHARE of the row is released, its released tokens
-    summed where they lie (``screen.sum_released``) and only the undecided ones gathered.
-    ``laid_out``: every token not clipped is in ``work``, as ``_rescreened`` needs.
+    """(split, layout, low_sums, high_sums, laid_out, released) for ``_search``: the row screened
+    between ``bounds`` (``screen.screen``), its tokens not clipped gathered into ``work``, each
+    side's released ones after its undecided ones, and their sums of p f~ taken at once (the
+    search's last segment needs them, and a later screen may take them over: see ``summed``);
+    where ``summing`` and at least SUM_RELEASED_SHARE of the row is released, its released
+    tokens summed where they lie (``screen.sum_released``) and only the undecided ones
+    gathered. ``laid_out``: every token not clipped is in ``work``, as ``_rescreened`` needs.
     ``released``: the released groups (``_none_released``), for a later screen.
 
-    ``summed``: the ``released`` of an earlier screen of the row, from bounds that released no
-    more on either side: their tokens are settled as released with the sums given, neither
-    laid out nor summed again. ``_none_released()`` for none.
+    ``summed``: the ``released`` of an earlier screen of the row, from bounds that released
+    no token these clip. Those released here too are settled with the sums given, neither
+    laid out nor summed again; those undecided here (reopened) are laid out, and their sums
+    taken out of the given ones. Where that leaves less than KEPT_SHARE of a side's sums (the
+    difference would lose their precision), the row is screened as without ``summed``.
+    ``_none_released()`` for none.
     """
+    if summed[2] + summed[5] > 0.0:
+        taken, result = _screen_and_sum(p, q, work, bounds, kind, alpha, summing, summed)
+        if taken:
+            return result
+    return _screen_and_sum(p, q, work, bounds, kind, alpha, summing, None)[1]
+
+
+@kernel
+def _screen_and_sum(p, q, work, bounds, kind, alpha, summing, summed):
+    """(taken, result): ``_screened``'s result, given ``summed`` or None for none; ``taken`` False
+    where it does not take ``summed`` (the result is then meaningless)."""
     flags = flag_view(work[3], p.size)
+    if summed is None:  # compiled apart: the passes without what ``summed`` needs
+        counts = screen(p, q, bounds, None, flags)
+        before = _none_released()
+        reopened = None
+    else:
+        counts = screen(p, q, bounds, (summed[0], summed[1]), flags)
+        before = summed
+        reopened = (counts[10], counts[11])
     (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, n_low, n_high, n_released_low,
-     n_released_high) = (screen(p, q, bounds, (summed[0], summed[1]), flags) if summed[2] + summed[5] > 0 else
-                         screen(p, q, bounds, None, flags))
+     n_released_high, n_reopened_low, n_reopened_high) = counts
     laid_out = not summing or n_released_low + n_released_high < SUM_RELEASED_SHARE * p.size
     size = work.shape[1]
     if laid_out:  # the released groups' sums from their tokens, laid out after each side's undecided ones
-        gather(p, q, flags, work[0], work[1], n_low, n_high, n_released_low, n_released_high)
+        gather(p, q, flags, work[0], work[1], n_low, n_high, n_released_low, n_released_high, reopened)
         low = _laid_out_sums(kind, alpha, work, n_low - n_released_low, n_low, 1.0)
         high = _laid_out_sums(kind, alpha, work, size - n_released_high, size, -1.0)
         moved, f_released = (low[0], high[0]), (low[1], high[1])
@@ -716,21 +740,40 @@ def _screened(p, q, work, bounds, kind, alpha, summing, summed):
         _, moved, f_released = sum_released(kind, alpha, p, q, flags, work)
         n_low -= n_released_low
         n_high -= n_released_high
-        gather(p, q, flags, work[0], work[1], n_low, n_high, 0, 0)
+        gather(p, q, flags, work[0], work[1], n_low, n_high, 0, 0, reopened)
         layout = (0, 0, 0, 0)
-    released = np.array([bounds[1], bounds[2], summed[2] + n_released_low, summed[3] + moved[0],
-                         summed[4] + f_released[0], summed[5] + n_released_high, summed[6] + moved[1],
-                         summed[7] + f_released[1]])
+    # The reopened tokens, laid out first on each side: their sums come out of the given ones.
+    low_kept, low_taken = _kept_sums(kind, alpha, work, 0, n_reopened_low, 1.0, before[2:5])
+    high_kept, high_taken = _kept_sums(kind, alpha, work, size - n_high, size - n_high + n_reopened_high, -1.0,
+                                       before[5:8])
+    released = np.array([bounds[1], bounds[2], low_kept[0] + n_released_low, low_kept[1] + moved[0],
+                         low_kept[2] + f_released[0], high_kept[0] + n_released_high, high_kept[1] + moved[1],
+                         high_kept[2] + f_released[1]])
     low, high = _between(bounds, (p_clipped_low, p_clipped_high), (released[2] > 0.0, released[5] > 0.0),
                          (np.nan, np.nan), (released[3], released[6]), (released[4], released[7]))
-    return ((n_low, n_high, q0, base, capacity_low, capacity_high), layout, low, high,
-            laid_out and summed[2] + summed[5] == 0, released)
+    return low_taken and high_taken, ((n_low, n_high, q0, base, capacity_low, capacity_high), layout, low, high,
+                                      laid_out and before[2] + before[5] == 0.0, released)
+
+
+@kernel
+def _kept_sums(kind, alpha, work, start, end, s, summed):
+    """((count, moved mass, sum of p f~) of one side's ``summed`` released tokens less those
+    reopened and laid out in work[:2, start:end], taken): where none is left, 0 exactly; else
+    whether what is left keeps at least KEPT_SHARE of both sums (and they are finite)."""
+    count = summed[0] - (end - start)
+    if count == 0.0:
+        return (0.0, 0.0, 0.0), True
+    out_moved, out_f = _laid_out_sums(kind, alpha, work, start, end, s)
+    moved = summed[1] - out_moved
+    f_kept = summed[2] - out_f
+    taken = moved >= KEPT_SHARE * summed[1] and f_kept >= KEPT_SHARE * summed[2] and summed[2] < np.inf
+    return (count, moved, f_kept), taken
 
 
 @kernel
 def _laid_out_sums(kind, alpha, work, start, end, s):
-    """(moved mass, sum of p f~) of the released tokens laid out in work[:2, start:end] (keys
-    rho, s = 1, or -rho, s = -1), summed in work[2]."""
+    """(moved mass, sum of p f~) of the tokens laid out in work[:2, start:end] (keys rho, s = 1,
+    or -rho, s = -1), summed in work[2]."""
     moved = released_sums(work[0, start:end], work[1, start:end], s)[1]
     return moved, sum_weighted_f_tilde(kind, alpha, work[0], work[1], s, start, end, 0.0, np.inf, work[2])
 
@@ -758,8 +801,9 @@ def _rescreened(work, split, clipped, bounds):
 @kernel
 def _between(bounds, clipped, any_released, released, moved, f_released):
     """(low_sums, high_sums) for ``_search`` of a row settled between ``bounds``: from the p-mass
-    of each side's clipped group, whether it has a released group, and that group's p-mass, moved mass and sum
-    of p f~ (nan where it is laid out and not summed; the p-mass matters only then)."""
+    of each side's clipped group, whether it has a released group, and that group's p-mass,
+    moved mass and sum of p f~ (nan where it is laid out and not summed; the p-mass matters
+    only then)."""
     a_lo, a_hi, b_lo, b_hi = bounds
     # Keys: rho on the low side, -rho on the high side (clipped below a_lo and -b_hi, released
     # above a_hi and -b_lo).
@@ -1335,8 +1379,8 @@ def _search(work, split, layout, low_sums, high_sums, eps, kind, alpha, slope_li
     """``select_walk`` on rows already split into ``work``: ``split`` is what ``split_sides``
     returns, and ``layout`` = (unsummed_low, unsummed_high, summed_low, summed_high) the
     tokens at the end of each side (low, high) released before the search, the summed ones
-    last (their sums of p f~ are in the sums below); ``low_sums`` and ``high_sums`` the sides' sums over the tokens
-    settled before the search (``_settled``), which the search updates.
+    last (their sums of p f~ are in the sums below); ``low_sums`` and ``high_sums`` the sides'
+    sums over the tokens settled before the search (``_settled``), which the search updates.
 
     With a finite ``slope_limit`` (1 / price) the search finds the largest m whose slope
     dD/dm = f~'(b) - f~'(a) is at most it, instead of the largest with D(m) <= eps; no sums
