@@ -202,6 +202,19 @@ def test_released_tokens_summed_in_place_are_the_sums_of_their_terms(name):
                 np.testing.assert_allclose(laid_out, expected, rtol=1e-13, atol=1e-300, err_msg=label)
 
 
+def _family_levels(family, seed, divergence, eps, dtype=np.float64, n=16384):
+    """A row of a benchmark family and the levels of bounds its sample gives: (p, q, entry,
+    levels, work), ``work`` a workspace for it."""
+    from mdverify.bench.families import FAMILIES
+
+    p, q = (x.astype(dtype) for x in FAMILIES[family](n, np.random.default_rng(seed)))
+    entry = md.divergence(divergence)
+    work = np.empty((4, p.size))
+    _, _, tokens, ps, qs = select._sample(p, q, work, False)
+    levels, _ = select._sample_bounds(p.size, tokens, ps, qs, eps, entry.kind, entry.param, np.inf)
+    return p, q, entry, levels, work
+
+
 @pytest.mark.parametrize("family, divergence, eps", [
     ("unrelated drafter", "hellinger", 1.0), ("unrelated drafter", "reverse_kl", 1.0),
     ("Zipf, weak drafter noise", "kl", 0.01), ("LLM-like, T = 1.5", "jensen_shannon", 0.1)])
@@ -210,13 +223,7 @@ def test_rows_mostly_released_are_summed_by_the_screen_and_match_sorted(family, 
     """Where the first bounds release most of the row, the screen sums the released tokens
     instead of laying them out (the search then confirms them, or refuses them and the row is
     screened anew), and the solver finds the sorted walk's optimum."""
-    from mdverify.bench.families import FAMILIES
-
-    p, q = (x.astype(dtype) for x in FAMILIES[family](16384, np.random.default_rng(0)))
-    entry = md.divergence(divergence)
-    work = np.empty((4, p.size))
-    _, _, tokens, ps, qs = select._sample(p, q, work, False)
-    levels, _ = select._sample_bounds(p.size, tokens, ps, qs, eps, entry.kind, entry.param, np.inf)
+    p, q, entry, levels, work = _family_levels(family, 0, divergence, eps, dtype)
     split, layout, low, high, laid_out, _ = select._screened(p, q, work, tuple(levels[0]), entry.kind, entry.param,
                                                              True, select._none_released())
     assert not laid_out and layout == (0, 0, 0, 0)
@@ -296,13 +303,7 @@ def test_after_a_refusal_only_the_bounds_ahead_widen():
 def test_rows_whose_first_bounds_are_refused_match_sorted(family, seed, divergence, eps, hit):
     """Rows of the benchmark's families whose first bounds one bound refuses (each of the four
     here; the last row's next bounds are refused too): the bounds that follow give the optimum."""
-    from mdverify.bench.families import FAMILIES
-
-    p, q = FAMILIES[family](16384, np.random.default_rng(seed))
-    entry = md.divergence(divergence)
-    work = np.empty((4, p.size))
-    _, _, tokens, ps, qs = select._sample(p, q, work, False)
-    levels, _ = select._sample_bounds(p.size, tokens, ps, qs, eps, entry.kind, entry.param, np.inf)
+    p, q, entry, levels, work = _family_levels(family, seed, divergence, eps)
     confirmed, hits, *_ = select.screened_walk(p, q, eps, entry.kind, entry.param, work, tuple(levels[0]), np.inf)
     assert not confirmed and np.flatnonzero(hits).tolist() == [hit]
     ours = md.mentor(p, q, eps, entry, method="select")
@@ -327,13 +328,8 @@ def test_bounds_within_refused_ones_settle_what_those_left(family, seed, diverge
     clip nothing new that the refused ones left: settling the tokens these laid out gives the
     groups that screening the row gives, but for tokens within the screen's slack of a bound
     (compared there as products), and the search on them the optimum."""
-    from mdverify.bench.families import FAMILIES
-
-    p, q = FAMILIES[family](16384, np.random.default_rng(seed))
-    entry = md.divergence(divergence)
-    work, fresh = np.empty((4, p.size)), np.empty((4, p.size))
-    _, _, tokens, ps, qs = select._sample(p, q, work, False)
-    levels, _ = select._sample_bounds(p.size, tokens, ps, qs, eps, entry.kind, entry.param, np.inf)
+    p, q, entry, levels, work = _family_levels(family, seed, divergence, eps)
+    fresh = np.empty_like(work)
     split, layout, low, high, laid_out, _ = select._screened(p, q, work, tuple(levels[0]), entry.kind, entry.param,
                                                              True, select._none_released())
     assert laid_out  # else the next level screens the row anew
@@ -364,16 +360,10 @@ def test_bounds_within_refused_ones_settle_what_those_left(family, seed, diverge
     np.testing.assert_allclose(base + state[M], ref.acceptance, rtol=0, atol=1e-12)
 
 
-def _first_level(family, seed, divergence, eps, summing, n=16384):
-    """A row of a benchmark family, its screen by the first bounds of its sample, and the
-    search on that: (p, q, entry, levels, work, released, hits)."""
-    from mdverify.bench.families import FAMILIES
-
-    p, q = FAMILIES[family](n, np.random.default_rng(seed))
-    entry = md.divergence(divergence)
-    work = np.empty((4, p.size))
-    _, _, tokens, ps, qs = select._sample(p, q, work, False)
-    levels, _ = select._sample_bounds(p.size, tokens, ps, qs, eps, entry.kind, entry.param, np.inf)
+def _first_level(family, seed, divergence, eps, summing):
+    """A row of a benchmark family (``_family_levels``), its screen by the first bounds of its
+    sample, and the search on that: (p, q, entry, levels, work, released, hits)."""
+    p, q, entry, levels, work = _family_levels(family, seed, divergence, eps)
     split, layout, low, high, _, released = select._screened(p, q, work, tuple(levels[0]), entry.kind, entry.param,
                                                              summing, select._none_released())
     _, hits, *_ = select._walk_between(work, split, layout, low, high, tuple(levels[0]), eps, entry.kind,
