@@ -268,10 +268,11 @@ def screen(p, q, bounds, summed, flags):
     ``summed`` = (a_hi', b_lo'): the a_hi and b_lo of an earlier screen of the row whose
     released groups the caller has summed, bounds that released no token these clip (a_lo <=
     a_hi' and b_lo' <= b_hi); None for none (compiled without its comparisons, which cost the
-    pass a tenth: 150 -> 166 us at n = 131072, an Intel Xeon). Compared as that screen compared them, its released tokens are found to
-    the last one: those released here too are settled, their sums being the caller's, and
-    those undecided here flagged REOPENED_LOW or REOPENED_HIGH, counted among the undecided
-    and apart, for the caller to take their sums out; neither kind is counted as released.
+    pass a tenth: 150 -> 166 us at n = 131072, an Intel Xeon). Compared as that screen
+    compared them, its released tokens are found to the last one: those released here too are
+    settled, their sums being the caller's, and those undecided here flagged REOPENED_LOW or
+    REOPENED_HIGH, counted among the undecided and apart, for the caller to take their sums
+    out; neither kind is counted as released.
     """
     over_a_lo, over_a_hi, b_lo, b_hi = screen_factors(bounds)
     over_a_summed = b_summed = 1.0
