@@ -83,23 +83,24 @@ def test_screen_settles_or_reopens_the_tokens_an_earlier_screen_released(bounds,
     """Given the (a_hi, b_lo) of an earlier screen whose released groups are summed, the screen
     finds exactly the tokens that screen released, to the last one: it settles those it
     releases too, flags those it leaves undecided as reopened, and flags, counts and sums
-    every other token as it does without them."""
+    every other token as it does without them; the row's totals it returns as that screen's."""
     a_lo, _, _, b_hi = bounds
     found = np.zeros(2, np.int64)  # settled and reopened, over the rows
     for label, p, q in _rows():
         work = np.zeros((4, p.size))
         flags = screen.flag_view(work[3], p.size)
-        screen.screen(p, q, (a_lo, summed[0], summed[1], b_hi), None, flags)
+        totals = screen.screen(p, q, (a_lo, summed[0], summed[1], b_hi), None, flags)[:4]
         before = np.isin(flags[: p.size], (screen.RELEASED_LOW, screen.RELEASED_HIGH))
         alone = screen.screen(p, q, bounds, None, flags)
         alone_flags = flags[: p.size].copy()
-        got = screen.screen(p, q, bounds, summed, flags)
+        got = screen.screen(p, q, bounds, summed + totals, flags)
         expected = np.select([before & (alone_flags >= screen.RELEASED_LOW), before & (alone_flags == screen.KEPT_LOW),
                               before & (alone_flags == screen.KEPT_HIGH)],
                              np.array([screen.SETTLED, screen.REOPENED_LOW, screen.REOPENED_HIGH], np.uint8),
                              alone_flags)
         np.testing.assert_array_equal(flags[: p.size], expected, err_msg=label)
-        np.testing.assert_allclose(got[:6], alone[:6], rtol=1e-13, atol=1e-300, err_msg=label)
+        assert got[:4] == totals, label
+        np.testing.assert_allclose(got[4:6], alone[4:6], rtol=1e-13, atol=1e-300, err_msg=label)
         settled = [(before & (alone_flags == flag)).sum() for flag in (screen.RELEASED_LOW, screen.RELEASED_HIGH)]
         reopened = [(expected == flag).sum() for flag in (screen.REOPENED_LOW, screen.REOPENED_HIGH)]
         assert got[6:] == (alone[6] - settled[0], alone[7] - settled[1], alone[8] - settled[0],
@@ -109,16 +110,19 @@ def test_screen_settles_or_reopens_the_tokens_an_earlier_screen_released(bounds,
     assert (found > 0).tolist() == [summed != (1.0, 1.0), releases_more]
 
 
-@pytest.mark.skipif(not MASK_REGISTERS, reason="compiled without AVX-512 here: the test above counts in int64")
+@pytest.mark.skipif(not MASK_REGISTERS, reason="compiled without AVX-512 here: the tests above count in int64")
 def test_screen_flags_and_sums_compiled_without_avx512():
     """The screen counts in float64 where numba compiles for AVX-512 and in int64 elsewhere
-    (``screen._count``): the test above again, in a process compiled for this CPU less AVX-512."""
+    (``screen._count``): the two tests above again, with and without an earlier screen's
+    released groups, in a process compiled for this CPU less AVX-512."""
     features = ",".join("-" + f[1:] if f.startswith("+avx512") else f for f in get_host_cpu_features().split(","))
+    tests = [__file__ + "::" + name for name in ("test_screen_flags_and_sums",
+                                                 "test_screen_settles_or_reopens_the_tokens_an_earlier_screen_released")]
     code = ("import sys, pytest; from mdverify.core.jit import MASK_REGISTERS; assert not MASK_REGISTERS; "
-            f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', {__file__ + '::test_screen_flags_and_sums'!r}]))")
+            f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', *{tests!r}]))")
     run = subprocess.run([sys.executable, "-c", code], env=os.environ | {"NUMBA_CPU_FEATURES": features},
                          capture_output=True, text=True)
-    assert run.returncode == 0 and "3 passed" in run.stdout, run.stdout + run.stderr
+    assert run.returncode == 0 and "9 passed" in run.stdout, run.stdout + run.stderr
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -151,7 +155,8 @@ def test_gather_lays_out_each_side_undecided_first_then_released(dense, summed, 
         n = p.size
         work = np.full((4, n), np.nan)
         flags = screen.flag_view(work[3], n)
-        counts = screen.screen(p, q, bounds, summed, flags)[6:]
+        earlier = None if summed is None else summed + screen.screen(p, q, bounds, None, flags)[:4]  # + row totals
+        counts = screen.screen(p, q, bounds, earlier, flags)[6:]
         n_low, n_high, n_released_low, n_released_high, n_reopened_low, n_reopened_high = counts
         gather(p, q, flags, work[0], work[1], *counts[:4], None if summed is None else counts[4:])
         expected = flags[:n].copy()
@@ -396,7 +401,7 @@ def test_bounds_after_refused_ones_take_their_released_sums(family, seed, diverg
     np.testing.assert_allclose(carried[0][2:], fresh[0][2:], rtol=1e-13)
     fields = [select.P_CLIP, select.M_REL, select.F_EXACT, select.P_UNC, select.M_UNC, select.CLIP_MAX,
               select.REL_MIN]
-    reopened = screen.screen(p, q, bounds, (released[0], released[1]), flags)[10:]
+    reopened = screen.screen(p, q, bounds, tuple(released[[0, 1, 8, 9, 10, 11]]), flags)[10:]
     for side in range(2):
         np.testing.assert_allclose(carried[2 + side][fields], fresh[2 + side][fields], rtol=1e-12, atol=1e-300)
         undecided = [split_[side] - layout_[side] - layout_[2 + side] for split_, layout_ in (carried[:2], fresh[:2])]

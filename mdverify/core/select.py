@@ -684,8 +684,9 @@ def screened_walk(p, q, eps, kind, alpha, work, bounds, slope_limit):
 def _none_released():
     """A screen's released groups, as ``_screened`` returns them and takes them as ``summed``:
     the bounds (a_hi, b_lo) that released them, then each side's (low, high) count, moved
-    mass and sum of p f~; here none, as bounds (1, 1) release."""
-    return np.array([1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    mass and sum of p f~, then the row's totals (base, capacity_low, capacity_high, q0) that
+    the screen found; here none, as bounds (1, 1) release."""
+    return np.array([1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
 
 
 @kernel
@@ -723,7 +724,7 @@ def _screen_and_sum(p, q, work, bounds, kind, alpha, summing, summed):
         before = _none_released()
         reopened = None
     else:
-        counts = screen(p, q, bounds, (summed[0], summed[1]), flags)
+        counts = screen(p, q, bounds, (summed[0], summed[1], summed[8], summed[9], summed[10], summed[11]), flags)
         before = summed
         reopened = (counts[10], counts[11])
     (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, n_low, n_high, n_released_low,
@@ -748,7 +749,7 @@ def _screen_and_sum(p, q, work, bounds, kind, alpha, summing, summed):
                                        before[5:8])
     released = np.array([bounds[1], bounds[2], low_kept[0] + n_released_low, low_kept[1] + moved[0],
                          low_kept[2] + f_released[0], high_kept[0] + n_released_high, high_kept[1] + moved[1],
-                         high_kept[2] + f_released[1]])
+                         high_kept[2] + f_released[1], base, capacity_low, capacity_high, q0])
     low, high = _between(bounds, (p_clipped_low, p_clipped_high), (released[2] > 0.0, released[5] > 0.0),
                          (np.nan, np.nan), (released[3], released[6]), (released[4], released[7]))
     return low_taken and high_taken, ((n_low, n_high, q0, base, capacity_low, capacity_high), layout, low, high,
