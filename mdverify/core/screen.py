@@ -304,10 +304,10 @@ def _screen_after(p, q, bounds, summed, flags):
     last one: those released here too are settled, their sums being the caller's, and those
     undecided here flagged REOPENED_LOW or REOPENED_HIGH, counted among the undecided and
     apart, for the caller to take their sums out; neither kind is counted as released. The
-    row's totals are those given, not summed again: with them, this pass took 1.7x the time
-    of ``screen``'s own (259 against 153 us at n = 131072, an Intel Xeon), without them 1.3x
-    (205 us). Its loop is apart from ``screen``'s: sharing one, under a branch on ``summed``,
-    the totals' sums kept the compiler from vectorising it (690 us)."""
+    row's totals are those given, not summed again: summing them too, this pass took 1.7x the
+    time of ``screen``'s own (259 against 153 us at n = 131072, an Intel Xeon), and takes 1.3x
+    (205 us). Its loop is apart from ``screen``'s: one loop for both, the totals' sums under a
+    branch on ``summed``, took 690 us here."""
     factors = screen_factors(bounds)
     _, over_a_before, b_before, _ = screen_factors((1.0, summed[0], summed[1], 1.0))
     p_clipped_low = p_clipped_high = 0.0
