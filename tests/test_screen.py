@@ -555,6 +555,23 @@ def test_a_row_that_many_tokens_carry_is_left_to_the_screen():
     assert not select._compacted_search(p, q, 0.05, KL.kind, KL.param, work, np.inf)[0]
 
 
+def test_a_compacted_search_that_ends_over_the_budget_walks_the_compacted_tokens():
+    """A top-k drafter's row under KL(p || r) (f~(0) infinite) at budgets past its end m_max,
+    where the sides' capacities agree to the last bits: the search's sums can put the low
+    threshold at 0, D infinite, on about half such rows. The compacted tokens are then walked
+    (sorted) to an end within the budget, as the row's own walk would, not handed over to it."""
+    from mdverify.bench.families import FAMILIES
+
+    entry = md.divergence("reverse_kl")
+    for seed in range(12):
+        p, q = FAMILIES["top-k drafter (k = 50)"](4096, np.random.default_rng(seed))
+        for eps in (10.0, 1e3):
+            found, state = select._compacted_search(p, q, eps, entry.kind, entry.param, np.empty((4, p.size)),
+                                                    np.inf)[:2]
+            assert found and state[select.D] <= eps, (seed, eps)
+            _assert_select_matches_sorted(p, q, entry, f"seed {seed}", (eps,), prices=())
+
+
 @pytest.mark.parametrize("n", [1, 7, 8, 9, 100, 4099])
 def test_flagged_reads_words_and_ignores_the_padding(n):
     rng = np.random.default_rng(n)

@@ -510,7 +510,7 @@ def test_budgets_just_below_the_drafter_budget_end_within_the_row_search(family)
             np.testing.assert_allclose(ours.acceptance, ref.acceptance, rtol=0, atol=1e-12, err_msg=where)
             np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12, err_msg=where)
             assert ours.divergence_value <= eps, where
-            whole = select._search_all(p, q, eps, entry.kind, entry.param, work, np.inf, work, p, q)[0]
+            whole = select._search_all(p, q, eps, entry.kind, entry.param, work, np.inf, work, p, q, True)[0]
             assert whole[select.D] <= eps, where
             moved = float(np.maximum(p - ref.r, 0.0).sum())
             assert whole[select.M] == pytest.approx(moved, rel=0, abs=1e-12), where

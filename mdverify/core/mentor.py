@@ -14,7 +14,7 @@ from mdverify.core.index import build_index
 from mdverify.core.jit import kernel
 from mdverify.core.terms import divergence_row
 from mdverify.core.select import select_price_walk, select_walk
-from mdverify.core.walk import A, B, D, FILL, K_HIGH, M, STATE_SIZE, duals, initial_state, walk, walk_to_price
+from mdverify.core.walk import A, B, D, FILL, K_HIGH, M, STATE_SIZE, duals, initial_state, walk, walk_row, walk_to_price
 
 #: Field order of the vectors returned by ``mentor_row`` and written by ``mentor_rows``.
 FIELDS = ("acceptance", "moved_mass", "a", "b", "lam", "mu", "divergence_value")
@@ -112,12 +112,8 @@ def mentor_row(p, q, eps, kind, alpha, r, out):
         the fields alone.
     out : float64 array of length 7 receiving the fields of ``FIELDS``.
     """
-    index = build_index(p, q)
-    low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, _ = index
-    state = initial_state(low_p.size, high_p.size)
-    binding, _, _ = walk(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps, state,
-                      np.empty((0, STATE_SIZE), np.float64))
-    finish(index[6], index[7], kind, alpha, eps, state, binding, p, q, r, out)
+    state, binding, q0, base = walk_row(p, q, eps, kind, alpha)
+    finish(q0, base, kind, alpha, eps, state, binding, p, q, r, out)
 
 
 @kernel

@@ -22,6 +22,7 @@ import numpy as np
 
 from mdverify.core._fgen import (f_prime_at_one, f_tilde, f_tilde_prime, f_tilde_prime_at_inf, segment_root,
                                  weighted_f_tilde_terms)
+from mdverify.core.index import build_index
 from mdverify.core.jit import kernel
 from mdverify.core.terms import weighted_f_tilde
 
@@ -166,6 +167,17 @@ def walk(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, e
     """
     return advance(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps, np.inf, state, trace,
                    UNLIMITED)
+
+
+@kernel
+def walk_row(p, q, eps, kind, alpha):
+    """(state, binding, q0, base): ``walk`` of a row on its sorted ratio index
+    (``index.build_index``), from nothing moved to the budget or m_max; O(n log n)."""
+    low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, base = build_index(p, q)
+    state = initial_state(low_p.size, high_p.size)
+    binding, _, _ = walk(low_p, low_rho, low_cum, high_p, high_rho, high_cum, q0, kind, alpha, eps, state,
+                         np.empty((0, STATE_SIZE), np.float64))
+    return state, binding, q0, base
 
 
 @kernel
