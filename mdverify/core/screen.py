@@ -98,14 +98,16 @@ def mark_sample(p, q, size, flags, check):
     sample is deterministic and evenly spread over positions; its expected size is
     sum_i inclusion_i <= 3 ``size``.
 
-    Returns (in_range, valid): whether the row is in the screen's range (SCREEN_P_MIN), and,
-    with ``check``, ``checks.row_valid``'s verdict from the same pass (else True). Its sums
-    are reassociated, so that the loop vectorises; that changes their rounding alone.
+    Returns (in_range, valid, capacity_low, capacity_high): whether the row is in the screen's
+    range (SCREEN_P_MIN); with ``check``, ``checks.row_valid``'s verdict from the same pass
+    (else True); and the row's capacities sum (p - q)_+ and sum (q - p)_+, which calibrate the
+    sample (``select._sample``). Its sums are reassociated, so that the loop vectorises; that
+    changes their rounding alone.
     """
     # The entry tests are minima of integers (``checks.entry_bits``), which vectorise; a uniform is
     # below 1, so it falls below ``inclusion`` exactly where it falls below that probability uncapped.
     lowest, least_p = NO_NEGATIVE, NO_POSITIVE
-    sum_p = sum_q = 0.0
+    sum_p = sum_q = moved = 0.0
     weyl = np.uint64(0)
     spread = 1.0 / p.size
     if check:
@@ -119,14 +121,25 @@ def mark_sample(p, q, size, flags, check):
             least_p = min(least_p, np.uint64(bits_p))
             sum_p += pi
             sum_q += qi
+            moved += abs(pi - qi)
         return (not least_positive_below(least_p, SCREEN_P_MIN),
-                sums_valid(sum_p, sum_q, lowest, least_p, sum_tolerance(p)))
+                sums_valid(sum_p, sum_q, lowest, least_p, sum_tolerance(p))) + _capacities(moved, sum_p - sum_q)
+    excess = 0.0
     for i in range(p.size):  # the same loop without the check's sums
         pi = np.float64(p[i])
-        flags[i] = _weyl_uniform(weyl) < _inclusion_share(pi, np.float64(q[i]), spread, size)
+        qi = np.float64(q[i])
+        flags[i] = _weyl_uniform(weyl) < _inclusion_share(pi, qi, spread, size)
         weyl += _GOLDEN
         least_p = min(least_p, np.uint64(entry_bits(pi)))
-    return not least_positive_below(least_p, SCREEN_P_MIN), True
+        moved += abs(pi - qi)
+        excess += pi - qi
+    return (not least_positive_below(least_p, SCREEN_P_MIN), True) + _capacities(moved, excess)
+
+
+@kernel
+def _capacities(moved, excess):
+    """(sum (p - q)_+, sum (q - p)_+) from sum |p - q| and sum (p - q): one sum fewer in the pass."""
+    return 0.5 * (moved + excess), 0.5 * (moved - excess)
 
 
 @kernel(reassociate=True, borrow=True)
