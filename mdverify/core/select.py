@@ -945,7 +945,7 @@ def _sample_size(n):
 @kernel
 def _within_on_sample(ps, qs, eps, kind, alpha):
     """Whether D_f(q || p) over the sample, its terms weighted as the row's, is finite and within
-    eps (as r = q must be on the row: ``_drafter_state``), give or take WITHIN_MARGIN."""
+    eps (as r = q must be on the row: ``_drafter_state``) or over it by at most WITHIN_MARGIN eps."""
     limit = eps * (1.0 + WITHIN_MARGIN)
     value = divergence_row(qs, ps, kind, alpha, limit)
     return value <= limit and value < np.inf
