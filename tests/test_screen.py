@@ -415,16 +415,19 @@ def _first_level(family, seed, divergence, eps, summing):
 
 
 @pytest.mark.parametrize("summing", [True, False])
-@pytest.mark.parametrize("family, seed, divergence, eps, more, again", [
+@pytest.mark.parametrize("family, seed, divergence, eps, more, refused_again", [
     ("LLM-like, T = 1.5", 12, "hellinger", 0.1, True, False), ("unrelated drafter", 3, "tv", 0.01, True, False),
-    ("Zipf, strong drafter noise", 79, "kl", 3.0, True, True), ("LLM-like, T = 1.5", 15, "hellinger", 0.1, False, False),
-    ("Zipf, weak drafter noise", 21, "reverse_kl", 0.01, False, False), ("LLM-like, T = 0.7", 79, "kl", 0.3, False, True)])
-def test_bounds_after_refused_ones_take_their_released_sums(family, seed, divergence, eps, more, again, summing):
+    ("Zipf, strong drafter noise", 79, "kl", 3.0, True, True),
+    ("LLM-like, T = 1.5", 15, "hellinger", 0.1, False, False),
+    ("Zipf, weak drafter noise", 21, "reverse_kl", 0.01, False, False),
+    ("LLM-like, T = 0.7", 79, "kl", 0.3, False, True)])
+def test_bounds_after_refused_ones_take_their_released_sums(family, seed, divergence, eps, more, refused_again,
+                                                            summing):
     """After bounds refused short of the optimum's moved mass (a_lo or b_hi: ``more``) or
     beyond it (a_hi or b_lo), the row screened by the next bounds with the refused screen's
     released groups taken as summed gives the groups and sums that screening it afresh gives,
     laying out and summing only the tokens released since and those reopened, and the search
-    on it the same decisions (``again``: those bounds are refused too)."""
+    on it the same decisions (``refused_again``: those bounds are refused too)."""
     p, q, entry, levels, work, released, hits = _first_level(family, seed, divergence, eps, summing)
     first = tuple(levels[0])
     assert released[2] + released[5] > 0
@@ -459,7 +462,7 @@ def test_bounds_after_refused_ones_take_their_released_sums(family, seed, diverg
     if confirmed:
         ref = md.mentor(p, q, eps, entry, method="sorted")
         np.testing.assert_allclose(base + state[M], ref.acceptance, rtol=0, atol=1e-12)
-    assert confirmed != again
+    assert confirmed != refused_again
 
 
 def test_sums_mostly_reopened_are_not_taken():
