@@ -197,7 +197,7 @@ def test_where_the_tokens_beyond_the_first_reach_hold_too_little_the_second_brac
 
 
 def test_the_sample_is_searched_only_where_r_equals_q_exceeds_the_budget_on_it():
-    """Where D(q || p) over the sample is within the budget (``_within_on_sample`` less its
+    """Where D(q || p) over the sample is within the budget (``_drafter_on_sample`` less its
     margin), its search would not bind either (it stops at the end m_max, whose D is at most
     that of r = q), so r = q is tried without it: the shortcut never predicts r = q where the
     search would not. Over every row family, four divergences and budgets around each row's
@@ -214,16 +214,76 @@ def test_the_sample_is_searched_only_where_r_equals_q_exceeds_the_budget_on_it()
             entry = md.divergence(name)
             drafter = float(entry.value(q, p))
             if drafter < np.inf:
-                at_drafter.append(select._within_on_sample(ps, qs, drafter, entry.kind, entry.param))
+                at_drafter.append(select._drafter_on_sample(ps, qs, drafter, entry.kind, entry.param)[0])
             sampled = float(entry.value(qs / qs.sum(), ps / ps.sum()))
             for eps in (1e-3, 0.5 * sampled, 2.0 * sampled, 10.0):
-                if select._within_on_sample(ps, qs, eps / (1.0 + select.WITHIN_MARGIN), entry.kind, entry.param):
+                if select._drafter_on_sample(ps, qs, eps / (1.0 + select.WITHIN_MARGIN), entry.kind, entry.param)[0]:
                     shortcuts += 1
                     _, reaches = select._sample_bounds(p.size, tokens, ps, qs, eps, entry.kind, entry.param,
                                                        np.inf)
                     assert reaches, (family, name, eps)
     assert shortcuts >= 40  # the shortcut is taken, and checked, on most rows
     assert len(at_drafter) >= 40 and all(at_drafter)  # 24 of 42 without the margin, when written
+
+
+#: Of the 15 budgets of each family, at least as many as the screen takes the drafter's sums
+#: over for (4, 9, 4 and 0 when written): the unrelated drafter's low side has most of its f~
+#: on tokens its bounds clip.
+TAKEN_OVER = {"LLM-like, T = 1.5": 3, "Zipf, weak drafter noise": 7, "near-identical pair": 3, "unrelated drafter": 0}
+
+
+@pytest.mark.parametrize("family", ["LLM-like, T = 1.5", "Zipf, weak drafter noise", "near-identical pair",
+                                    "unrelated drafter"])
+def test_a_failed_drafter_pass_hands_the_row_as_released_groups_to_the_screen(family):
+    """Budgets a little below D(q || p), which the sample puts r = q over: the pass that tries
+    r = q and fails sums every token of the row as a screen's released groups (each side's
+    count, moved mass and sum of p f~, as ``terms.divergence_row`` sums them over the side),
+    summing D to the end, bit for bit as without them; and where the sample says its first
+    level takes them over at little cost (``_takes_over``), a screen with that level's bounds
+    widened to clip nothing takes them over, its search is confirmed, and the solver's result
+    is the sorted walk's (on at least TAKEN_OVER[family] budgets)."""
+    from mdverify.bench.families import FAMILIES
+    from mdverify.core import select, terms
+
+    n = 131072
+    p, q = FAMILIES[family](n, np.random.default_rng(8100 + list(FAMILIES).index(family)))
+    work = np.empty((4, n))
+    _, _, tokens, ps, qs = select._sample(p, q, work, False)
+    low, high = q < p, q > p
+    taken = 0
+    for name in ("kl", "reverse_kl", "jensen_shannon", "hellinger", "tv"):
+        entry = md.divergence(name)
+        drafter = float(entry.value(q, p))
+        for eps in (0.93 * drafter, 0.95 * drafter, 0.97 * drafter):
+            where = f"{family}, {name}, {eps / drafter:.2f} D(q||p)"
+            released = select._none_released()
+            found, beyond, *_ = select._drafter_state(p, q, eps, entry.kind, entry.param, np.inf, work, released)
+            assert beyond and not found, where
+            complete, value, *sums = select._complete_sums(p, q, np.inf, entry.kind, entry.param, work)
+            assert select._complete_sums(p, q, np.inf, entry.kind, entry.param, work, select._none_released())[1] \
+                == value, where
+            np.testing.assert_array_equal(released[:3], [0.0, np.inf, low.sum()], err_msg=where)
+            assert released[5] == high.sum() and released[11] == 0.0, where
+            np.testing.assert_array_equal(released[8:11], sums[2:], err_msg=where)  # base and the capacities
+            assert (released[3], released[6]) == tuple(sums[3:]), where
+            for side, at in ((low, 4), (high, 7)):
+                exact = terms.divergence_row(q[side], p[side], entry.kind, entry.param, np.inf)
+                assert released[at] == pytest.approx(exact, rel=1e-12, abs=1e-300), where
+            levels, _ = select._sample_bounds(n, tokens, ps, qs, eps, entry.kind, entry.param, np.inf)
+            within, over = select._drafter_on_sample(ps, qs, eps, entry.kind, entry.param)
+            if not (over and select._takes_over(levels[0], tokens, ps, qs, entry.kind, entry.param, n)):
+                continue
+            taken += 1
+            bounds = (0.0, levels[0, 1], levels[0, 2], np.inf)
+            result = select._screened(p, q, work, bounds, entry.kind, entry.param, False, released)
+            # Taken over: no token is laid out as newly released, and the drafter's released are kept.
+            assert result[1][2:] == (0, 0) and result[-1][2] > 0.0 and result[-1][5] > 0.0, where
+            assert select._walk_between(work, *result[:4], bounds, eps, entry.kind, entry.param, np.inf)[0], where
+            ours = md.mentor(p, q, eps, entry, method="select")
+            ref = md.mentor(p, q, eps, entry, method="sorted")
+            np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12, err_msg=where)
+            assert ours.divergence_value <= eps, where
+    assert taken >= TAKEN_OVER[family], taken
 
 
 @pytest.mark.parametrize("m", [0, 1, 2, 3, 255, 256, 257, 1025])

@@ -29,6 +29,10 @@ the row screened again, taking over the sums of the tokens that the refused boun
 the refused ones left, only the tokens those laid out are settled anew
 (``_screen_by_levels``), their released ones summed only when a decision needs it: where
 bounds alone show that the settled groups hold the walk back (``_held_back``), never.
+Where the sample puts r = q a little over the budget, the pass that tries r = q sums the
+row's tokens on each side as released groups (``_drafter_released``), and the first screen,
+its bounds widened to clip none of them, takes those sums over: only the tokens it leaves
+undecided are summed again (where the sample says that costs little: ``_takes_over``).
 
 A long row on which few tokens carry both p and q (a truncated target or drafter) is not
 screened: one pass flags those tokens and sums the p-mass where q = 0 and the q-mass where
@@ -99,8 +103,22 @@ KEPT_SHARE = 1.0 / 64.0
 #: A sample on which the budget does not bind where it binds on the row misjudged its
 #: thresholds too: the screen then starts from this level of SAMPLE_REACH.
 MISJUDGED_LEVEL = 2
+#: The pass that tries r = q sums the row's tokens for the screen to take over where it fails
+#: (``_drafter_released``) only where the sample puts D(q || p) over the budget by more than
+#: this share of it (``_drafter_on_sample``): at a budget of D(q || p) itself, where r = q is
+#: within, the sample's estimate was at most 2.2% over it on the families benchmark's rows
+#: (129 with D finite, n = 131072, three seeds), and the sums, the first level's bounds and
+#: their test would cost the call 1.1-1.5x.
+TAKE_OVER_FROM = 0.025
+#: ... and where the sample puts at most this share of the row below a_lo or above b_hi
+#: (``_takes_over``): the screen then leaves those tokens undecided, each costing the gather
+#: and the search more than f~ costs a released one.
+TAKE_OVER_SHARE = 1.0 / 32.0
+#: ... and where the tokens that the first level's bounds release keep at least this share of
+#: each side's sums on the sample: four times KEPT_SHARE, for the sample's error.
+TAKE_OVER_KEPT = 4.0 * KEPT_SHARE
 #: r = q is tried before any search where D(q || p) over the sample is at most this share over
-#: the budget (``_within_on_sample``): at a budget of D(q || p) itself the sample's estimate
+#: the budget (``_drafter_on_sample``): at a budget of D(q || p) itself the sample's estimate
 #: falls on either side of it, and a search that ends at r = q costs a screen of the row more
 #: than trying r = q (1.4-4.6x the call on 29 such budgets of 1074 families benchmark cases at
 #: n = 131072, without the margin), which costs one pass of f~ where it fails.
@@ -363,20 +381,33 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
         # more than that): r = q is tried first (so too a little over it), and the sample
         # searched only if it fails.
         levels = np.empty((0, 4), np.float64)
-        reaches_drafter = slope_limit == np.inf and _within_on_sample(ps, qs, eps, kind, alpha)
-        if not reaches_drafter:
-            levels, reaches_drafter = _sample_bounds(p.size, tokens, ps, qs, eps, kind, alpha, slope_limit)
-        found = misjudged = False
+        reaches_drafter = over = False
+        if slope_limit == np.inf:
+            reaches_drafter, over = _drafter_on_sample(ps, qs, eps, kind, alpha)
+        if not reaches_drafter or over:
+            levels, on_sample = _sample_bounds(p.size, tokens, ps, qs, eps, kind, alpha, slope_limit)
+            reaches_drafter = reaches_drafter or on_sample
+        # Where the sample puts r = q a little over the budget, and the first level's bounds clip
+        # few tokens, the pass that tries r = q sums the row's tokens as released groups for the
+        # screen to take over (``_drafter_released``), with bounds that clip none of them.
+        take_over = over and _takes_over(levels[0], tokens, ps, qs, kind, alpha, p.size)
+        released = _none_released()
+        found = beyond = False
         if reaches_drafter:  # most often r = q, every token released
-            found, misjudged, state, q0, base, excess = _drafter_state(p, q, eps, kind, alpha, slope_limit, work)
+            found, beyond, state, q0, base, excess = _drafter_state(p, q, eps, kind, alpha, slope_limit, work,
+                                                                    released if take_over else None)
             binding = False
         # Else the budget binds, or the row's end m_max falls short of r = q (drafter mass where
         # p = 0, float32 sums), or the sample misjudged: the screen's bounds hold the thresholds.
         if not found and in_range:
             if levels.shape[0] == 0:
                 levels, _ = _sample_bounds(p.size, tokens, ps, qs, eps, kind, alpha, slope_limit)
-            first = MISJUDGED_LEVEL if misjudged else 0
-            if reaches_drafter and not misjudged:  # r = q within the budget, the sides unbalanced
+            first = MISJUDGED_LEVEL if beyond else 0
+            if released[2] + released[5] > 0.0:  # filled (a complete row)
+                first = 0
+                levels[0, 0] = 0.0
+                levels[0, 3] = np.inf
+            if reaches_drafter and not beyond:  # r = q within the budget, the sides unbalanced
                 found, state = _unbalanced_end(p, q, kind, alpha, state, excess, ps, qs, work)
                 if found:
                     return True, state, False, q0, base
@@ -385,7 +416,7 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
                 reach = SAMPLE_REACH[0] if state[FILL] > 0.0 else SAMPLE_REACH[1]
                 levels = _unbalanced_levels(levels, state[A], state[B], excess, ps, qs, reach)
             found, state, binding, q0, base = _screen_by_levels(p, q, eps, kind, alpha, work, levels[first:],
-                                                                slope_limit, reaches_drafter)
+                                                                slope_limit, reaches_drafter, released)
         if found:
             return True, state, binding, q0, base
     elif check and not row_valid(p, q, sum_tolerance(p)):
@@ -606,7 +637,7 @@ def _drafter_at_end(p, q, eps, kind, alpha, slope_limit, work, state, binding):
 
 
 @kernel
-def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit, drafter_tried):
+def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit, drafter_tried, summed):
     """(found, state, binding, q0, base): ``screened_walk`` with the bounds of each level in
     turn until a result is confirmed, each after a refusal widened only the way that its
     bounds held the walk back (``_onward``). Bounds that clip nothing the refused ones left
@@ -617,10 +648,10 @@ def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit, drafter
     the row again, but take over the sums of the tokens that a refused screen released
     (``_screened``'s ``summed``): those released again are neither laid out nor summed.
     ``drafter_tried``: r = q was tried before the levels (``_drafter_state``) and failed, and
-    is not tried again."""
+    is not tried again. ``summed``: released groups for the first level's screen to take over
+    (``_screened``; ``_none_released()`` for none)."""
     summing = not drafter_tried
     bounds = (levels[0, 0], levels[0, 1], levels[0, 2], levels[0, 3])
-    summed = _none_released()
     split, layout, low, high, laid_out, released = _screened(p, q, work, bounds, kind, alpha, summing, summed)
     for level in range(levels.shape[0]):
         clipped = (low[P_CLIP], high[P_CLIP])
@@ -938,18 +969,51 @@ def _calibrated(ps, qs, capacity_low, capacity_high):
 
 
 @kernel
+def _takes_over(bounds, tokens, ps, qs, kind, alpha, n):
+    """Whether a screen with ``bounds`` widened to clip nothing (a_lo = 0, b_hi = inf) would, by
+    the sample, take over the sums of a pass that releases every token (``_drafter_released``)
+    at little cost: the sample stands for at most TAKE_OVER_SHARE n row tokens that ``bounds``
+    clip (the widened ones leave them undecided), and on each side the tokens that ``bounds``
+    release keep at least TAKE_OVER_KEPT of its moved mass and of its sum of p f~ (a screen
+    takes over at least KEPT_SHARE: ``_kept_sums``). False where a sampled token has p = 0 or
+    q = 0: such a row's pass sums no released groups."""
+    a_lo, a_hi, b_lo, b_hi = bounds
+    if not (ps > 0.0).all() or not (qs > 0.0).all():
+        return False
+    keys = qs / ps
+    terms = np.empty(keys.size, np.float64)
+    weighted_f_tilde_terms(kind, alpha, keys, ps, 1.0, 0, keys.size, terms)
+    clipped = 0.0
+    sums = np.zeros((2, 4), np.float64)  # per side: moved mass, p f~, and those of the released
+    for j in range(keys.size):
+        low = keys[j] < 1.0
+        side = 0 if low else 1
+        clipped += tokens[j] if (keys[j] < a_lo if low else keys[j] > b_hi) else 0.0
+        released = keys[j] > a_hi if low else keys[j] < b_lo
+        moved = abs(ps[j] - qs[j])
+        sums[side, 0] += moved
+        sums[side, 1] += terms[j]
+        sums[side, 2] += moved if released else 0.0
+        sums[side, 3] += terms[j] if released else 0.0
+    kept = (sums[:, 2] >= TAKE_OVER_KEPT * sums[:, 0]) & (sums[:, 3] >= TAKE_OVER_KEPT * sums[:, 1])
+    return clipped <= TAKE_OVER_SHARE * n and kept.all()
+
+
+@kernel
 def _sample_size(n):
     """The ``size`` of ``screen.mark_sample``'s sample of a row of n tokens."""
     return min(SAMPLE_SIZE, n // SAMPLE_SHARE)
 
 
 @kernel
-def _within_on_sample(ps, qs, eps, kind, alpha):
-    """Whether D_f(q || p) over the sample, its terms weighted as the row's, is finite and within
-    eps (as r = q must be on the row: ``_drafter_state``) or over it by at most WITHIN_MARGIN eps."""
+def _drafter_on_sample(ps, qs, eps, kind, alpha):
+    """(within, over): whether D_f(q || p) over the sample, its terms weighted as the row's, is
+    finite and within eps (as r = q must be on the row: ``_drafter_state``) or over it by at
+    most WITHIN_MARGIN eps; and whether it is over eps by more than TAKE_OVER_FROM eps."""
     limit = eps * (1.0 + WITHIN_MARGIN)
     value = divergence_row(qs, ps, kind, alpha, limit)
-    return value <= limit and value < np.inf
+    within = value <= limit and value < np.inf
+    return within, within and value > eps * (1.0 + TAKE_OVER_FROM)
 
 
 @kernel
@@ -1096,7 +1160,7 @@ def _overlap_totals(sums):
 
 
 @kernel
-def _drafter_state(p, q, eps, kind, alpha, slope_limit, work):
+def _drafter_state(p, q, eps, kind, alpha, slope_limit, work, released=None):
     """(found, beyond, state, q0, base, excess) for r = q, which accepts every drafted token and
     so is optimal when D_f(q || p) <= eps and the frontier's last slope is at most
     ``slope_limit`` (a price buys all of it); ``beyond`` when it is not (r = q lies past the
@@ -1108,9 +1172,10 @@ def _drafter_state(p, q, eps, kind, alpha, slope_limit, work):
     and ``excess`` (the low capacity less the high one and q0) says which and by how much.
     The sums are those of ``_compacted_sums``; on a row where every token has q > 0 and a
     finite ratio (or that ends in padding), ``_complete_sums`` gives the same, bit for bit, in
-    one pass.
+    one pass; and there fills ``released``, where given (see ``_complete_sums``).
     """
-    complete, value, a, b, base, capacity_low, capacity_high = _complete_sums(p, q, eps, kind, alpha, work)
+    complete, value, a, b, base, capacity_low, capacity_high = _complete_sums(p, q, eps, kind, alpha, work,
+                                                                              released)
     q0 = 0.0
     if not complete:
         value, a, b, q0, base, capacity_low, capacity_high = _compacted_sums(p, q, eps, kind, alpha, slope_limit,
@@ -1167,7 +1232,7 @@ def _compacted_sums(p, q, eps, kind, alpha, slope_limit, work):
 
 
 @kernel
-def _complete_sums(p, q, eps, kind, alpha, work):
+def _complete_sums(p, q, eps, kind, alpha, work, released=None):
     """(complete, D, a, b, base, capacity_low, capacity_high) of r = q as ``_compacted_sums``
     gives them, in one pass over the row: chunk by chunk, each chunk's ratios written to
     work[0] and summed with its p and q while in cache. Where every token has q > 0 and a
@@ -1176,12 +1241,17 @@ def _complete_sums(p, q, eps, kind, alpha, work):
     p = q = 0 (a vocabulary's padding: they add nothing, and the layout ends where they
     start). ``complete`` is False, and nothing else meaningful, where other tokens lack them
     or a term overflows (``_compacted_sums`` then sums it term by term). D stops where it
-    exceeds eps."""
+    exceeds eps.
+
+    ``released``: None, or a ``_none_released()`` array that a complete row's pass fills with
+    its tokens as released groups (``_drafter_released``); D is then summed to the end."""
     ratios = work[0, :min(CHUNK, p.size)]
     terms = np.empty(CHUNK, np.float64)
     value = 0.0
     a = b = 1.0
     sums = np.zeros(6, np.float64)
+    sides = np.zeros(4, np.float64)
+    limit = eps if released is None else np.inf
     for first in range(0, p.size, CHUNK):
         count = min(CHUNK, p.size - first)
         chunk = _chunk_sums(p[first:first + count], q[first:first + count], ratios)
@@ -1195,14 +1265,48 @@ def _complete_sums(p, q, eps, kind, alpha, work):
         value += sum_of_terms(terms, count)
         if not value < np.inf:
             return False, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
-        if value > eps:
+        if value > limit:
             return True, value, a, b, 0.0, 0.0, 0.0
+        if released is not None:
+            _add_sides(sides, p[first:first + count], q[first:first + count], terms)
         a = min(a, chunk[1])
         b = max(b, chunk[2])
         _add_overlap(sums, chunk[3], chunk[4], chunk[5])
         if padded:  # the rest of the row adds nothing
             break
-    return (True, value, a, b) + _overlap_totals(sums)
+    totals = _overlap_totals(sums)
+    if released is not None:
+        released[:] = _drafter_released(sides, totals)
+    return (True, value, a, b) + totals
+
+
+@kernel(reassociate=True, borrow=True)
+def _add_sides(sides, ps, qs, terms):
+    """Add a chunk's counts and sums of terms p f~(q/p) on each side to sides = (n_low, f_low,
+    n_high, f_high): low where q < p, high where q > p (p > 0 on a complete row), as
+    ``screen`` sides them; added in an order the compiler chooses (vectorised)."""
+    n_low = f_low = n_high = f_high = 0.0
+    for j in range(ps.size):
+        low = qs[j] < ps[j]
+        high = qs[j] > ps[j]
+        n_low += 1.0 if low else 0.0
+        f_low += terms[j] if low else 0.0
+        n_high += 1.0 if high else 0.0
+        f_high += terms[j] if high else 0.0
+    sides[0] += n_low
+    sides[1] += f_low
+    sides[2] += n_high
+    sides[3] += f_high
+
+
+@kernel
+def _drafter_released(sides, totals):
+    """A complete row's tokens as a screen's released groups (``_none_released``): every token
+    released, as by bounds a_hi = 0 and b_lo = inf, each side's moved mass its capacity; from
+    ``_add_sides``' sums and the totals (base, capacity_low, capacity_high)."""
+    base, capacity_low, capacity_high = totals
+    return np.array([0.0, np.inf, sides[0], capacity_low, sides[1], sides[2], capacity_high, sides[3], base,
+                     capacity_low, capacity_high, 0.0])
 
 
 @kernel(borrow=True)
