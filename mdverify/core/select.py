@@ -379,7 +379,8 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
                 return True, state, binding, q0, base
         # Where r = q is within the budget on the sample, its search would not bind (it moves no
         # more than that): r = q is tried first (so too a little over it), and the sample
-        # searched only if it fails.
+        # searched only if it fails; or before, where it is over by more than TAKE_OVER_FROM
+        # (its first level's bounds decide what that pass sums: below).
         levels = np.empty((0, 4), np.float64)
         reaches_drafter = over = False
         if slope_limit == np.inf:
@@ -402,9 +403,9 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
         if not found and in_range:
             if levels.shape[0] == 0:
                 levels, _ = _sample_bounds(p.size, tokens, ps, qs, eps, kind, alpha, slope_limit)
-            first = MISJUDGED_LEVEL if beyond else 0
-            if released[2] + released[5] > 0.0:  # filled (a complete row)
-                first = 0
+            handed_over = released[2] + released[5] > 0.0  # filled: a complete row
+            first = MISJUDGED_LEVEL if beyond and not handed_over else 0
+            if handed_over:
                 levels[0, 0] = 0.0
                 levels[0, 3] = np.inf
             if reaches_drafter and not beyond:  # r = q within the budget, the sides unbalanced
