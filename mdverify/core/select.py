@@ -103,6 +103,9 @@ KEPT_SHARE = 1.0 / 64.0
 #: A sample on which the budget does not bind where it binds on the row misjudged its
 #: thresholds too: the screen then starts from this level of SAMPLE_REACH.
 MISJUDGED_LEVEL = 2
+#: ... and where the sample's search was calibrated to the row's D(q || p) after r = q failed,
+#: from this level: the calibrated budget's thresholds err either way.
+CALIBRATED_LEVEL = 1
 #: The pass that tries r = q sums the row's tokens for the screen to take over where it fails
 #: (``_drafter_released``) only where the sample puts D(q || p) over the budget by more than
 #: this share of it (``_drafter_on_sample``): at a budget of D(q || p) itself, where r = q is
@@ -380,7 +383,8 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
         # Where r = q is within the budget on the sample, its search would not bind (it moves no
         # more than that): r = q is tried first (so too a little over it), and the sample
         # searched only if it fails; or before, where it is over by more than TAKE_OVER_FROM
-        # (its first level's bounds decide what that pass sums: below).
+        # (its first level's bounds decide what that pass sums: below). The pass sums D(q || p)
+        # to the end: where r = q fails, the sample's search is calibrated to it (below).
         levels = np.empty((0, 4), np.float64)
         reaches_drafter = over = False
         if slope_limit == np.inf:
@@ -396,15 +400,23 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
         found = beyond = False
         if reaches_drafter:  # most often r = q, every token released
             found, beyond, state, q0, base, excess = _drafter_state(p, q, eps, kind, alpha, slope_limit, work,
-                                                                    released if take_over else None)
+                                                                    released if take_over else None, True)
             binding = False
         # Else the budget binds, or the row's end m_max falls short of r = q (drafter mass where
         # p = 0, float32 sums), or the sample misjudged: the screen's bounds hold the thresholds.
         if not found and in_range:
-            if levels.shape[0] == 0:
+            # A budget a little below D(q || p) clips the few tokens of least ratio, which the
+            # sample holds too few of to place the threshold at its own budget: the sample's
+            # search is then run at the budget that bears the same ratio to its D(q || p) as
+            # eps does to the row's, which the failed pass summed.
+            calibrated = beyond and reaches_drafter and slope_limit == np.inf and state[D] < np.inf
+            if calibrated:
+                sample_eps = eps * divergence_row(qs, ps, kind, alpha, np.inf) / state[D]
+                levels, _ = _sample_bounds(p.size, tokens, ps, qs, sample_eps, kind, alpha, slope_limit)
+            elif levels.shape[0] == 0:
                 levels, _ = _sample_bounds(p.size, tokens, ps, qs, eps, kind, alpha, slope_limit)
             handed_over = released[2] + released[5] > 0.0  # filled: a complete row
-            first = MISJUDGED_LEVEL if beyond and not handed_over else 0
+            first = 0 if handed_over or not beyond else (CALIBRATED_LEVEL if calibrated else MISJUDGED_LEVEL)
             if handed_over:
                 levels[0, 0] = 0.0
                 levels[0, 3] = np.inf
@@ -1161,7 +1173,7 @@ def _overlap_totals(sums):
 
 
 @kernel
-def _drafter_state(p, q, eps, kind, alpha, slope_limit, work, released=None):
+def _drafter_state(p, q, eps, kind, alpha, slope_limit, work, released=None, to_end=False):
     """(found, beyond, state, q0, base, excess) for r = q, which accepts every drafted token and
     so is optimal when D_f(q || p) <= eps and the frontier's last slope is at most
     ``slope_limit`` (a price buys all of it); ``beyond`` when it is not (r = q lies past the
@@ -1173,14 +1185,16 @@ def _drafter_state(p, q, eps, kind, alpha, slope_limit, work, released=None):
     and ``excess`` (the low capacity less the high one and q0) says which and by how much.
     The sums are those of ``_compacted_sums``; on a row where every token has q > 0 and a
     finite ratio (or that ends in padding), ``_complete_sums`` gives the same, bit for bit, in
-    one pass; and there fills ``released``, where given (see ``_complete_sums``).
+    one pass; and there fills ``released``, where given (see ``_complete_sums``). D is summed to
+    the end where ``to_end`` asks or ``released`` is given; else it stops where it exceeds eps.
     """
-    complete, value, a, b, base, capacity_low, capacity_high = _complete_sums(p, q, eps, kind, alpha, work,
+    limit = np.inf if to_end or released is not None else eps
+    complete, value, a, b, base, capacity_low, capacity_high = _complete_sums(p, q, limit, kind, alpha, work,
                                                                               released)
     q0 = 0.0
     if not complete:
         value, a, b, q0, base, capacity_low, capacity_high = _compacted_sums(p, q, eps, kind, alpha, slope_limit,
-                                                                               work)
+                                                                               work, limit)
     state = np.zeros(STATE_SIZE, np.float64)
     state[D] = value if _last_slope(kind, alpha, a, b, q0) <= slope_limit else np.inf
     if not (state[D] <= eps and state[D] < np.inf):
@@ -1202,11 +1216,11 @@ def _last_slope(kind, alpha, a, b, q0):
 
 
 @kernel
-def _compacted_sums(p, q, eps, kind, alpha, slope_limit, work):
+def _compacted_sums(p, q, eps, kind, alpha, slope_limit, work, limit=None):
     """(D, a, b, q0, base, capacity_low, capacity_high) of r = q: D_f(q || p) as md.divergence
-    sums it (bit for bit), stopped where it exceeds eps (then nothing else is meaningful), or
-    inf where the last slope exceeds ``slope_limit``; the extreme ratios; the drafter's mass
-    where p = 0; sum min(p, q); and the two sides' capacities.
+    sums it (bit for bit), stopped where it exceeds ``limit`` (eps where None; where it exceeds
+    eps nothing else is meaningful), or inf where the last slope exceeds ``slope_limit``; the
+    extreme ratios; the drafter's mass where p = 0; sum min(p, q); and the two sides' capacities.
 
     D's terms are laid out in work[:3] (``terms.divergence_terms``); the last slope, from the
     extreme ratios, is tested first, then D, and the rest only where both pass, from those
@@ -1220,7 +1234,7 @@ def _compacted_sums(p, q, eps, kind, alpha, slope_limit, work):
     if _last_slope(kind, alpha, a, b, q0) > slope_limit:
         return np.inf, a, b, q0, 0.0, 0.0, 0.0
     # An infinite D means mass on p = 0 tokens, where the walk never moves it (f'(inf) = inf).
-    value = divergence_of_terms(kind, alpha, work, count, zero, q0, eps)
+    value = divergence_of_terms(kind, alpha, work, count, zero, q0, eps if limit is None else limit)
     if not (value <= eps and value < np.inf):
         return value, a, b, q0, 0.0, 0.0, 0.0
     # The rest: where q = 0 < p only the low capacity grows, by p; where the ratio is infinite
