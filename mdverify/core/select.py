@@ -104,7 +104,9 @@ KEPT_SHARE = 1.0 / 64.0
 #: thresholds too: the screen then starts from this level of SAMPLE_REACH.
 MISJUDGED_LEVEL = 2
 #: ... and where the sample's search was calibrated to the row's D(q || p) after r = q failed,
-#: from this level: the calibrated budget's thresholds err either way.
+#: from this level: the calibrated budget's thresholds err either way (on the reference row at
+#: 0.95-0.99 D(q || p), the first level's bounds held the row's on 12 of 15 budgets, the
+#: second's on 15; median 0.99x over 360 budgets at 0.90-0.99 D(q || p) against the first).
 CALIBRATED_LEVEL = 1
 #: The pass that tries r = q sums the row's tokens for the screen to take over where it fails
 #: (``_drafter_released``) only where the sample puts D(q || p) over the budget by more than
@@ -410,8 +412,9 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
             # search is then run at the budget that bears the same ratio to its D(q || p) as
             # eps does to the row's, which the failed pass summed.
             calibrated = beyond and reaches_drafter and slope_limit == np.inf and state[D] < np.inf
+            sample_eps = eps * divergence_row(qs, ps, kind, alpha, np.inf) / state[D] if calibrated else eps
+            calibrated = calibrated and sample_eps < np.inf  # (not nan: the sample's D is finite here)
             if calibrated:
-                sample_eps = eps * divergence_row(qs, ps, kind, alpha, np.inf) / state[D]
                 levels, _ = _sample_bounds(p.size, tokens, ps, qs, sample_eps, kind, alpha, slope_limit)
             elif levels.shape[0] == 0:
                 levels, _ = _sample_bounds(p.size, tokens, ps, qs, eps, kind, alpha, slope_limit)
