@@ -308,6 +308,11 @@ def test_a_failed_drafter_pass_calibrates_the_sample_to_the_row(family):
     p, q = FAMILIES[family](n, np.random.default_rng(8200 + list(FAMILIES).index(family)))
     work = np.empty((4, p.size))
     _, _, tokens, ps, qs = select._sample(p, q, work, False)
+    def holds(budget):  # the bounds of the sample's search at ``budget`` hold the row's thresholds
+        levels, _ = select._sample_bounds(p.size, tokens, ps, qs, budget, entry.kind, entry.param, np.inf)
+        bounds = tuple(levels[select.CALIBRATED_LEVEL])
+        return select.screened_walk(p, q, eps, entry.kind, entry.param, work, bounds, np.inf)[0]
+
     held = held_uncalibrated = 0
     for name in ("kl", "reverse_kl", "jensen_shannon", "hellinger", "tv"):
         entry = md.divergence(name)
@@ -319,15 +324,8 @@ def test_a_failed_drafter_pass_calibrates_the_sample_to_the_row(family):
             assert beyond and not found and state[select.D] == drafter, where
             stopped = select._drafter_state(p, q, eps, *args)[2][select.D]
             assert eps < stopped <= drafter, where
-            sample_eps = eps * select.divergence_row(qs, ps, entry.kind, entry.param, np.inf) / drafter
-            for budget in (sample_eps, eps):
-                levels, _ = select._sample_bounds(p.size, tokens, ps, qs, budget, entry.kind, entry.param, np.inf)
-                bounds = tuple(levels[select.CALIBRATED_LEVEL])
-                confirmed = select.screened_walk(p, q, eps, entry.kind, entry.param, work, bounds, np.inf)[0]
-                if budget == sample_eps:
-                    held += confirmed
-                else:
-                    held_uncalibrated += confirmed
+            held += holds(eps * select.divergence_row(qs, ps, entry.kind, entry.param, np.inf) / drafter)
+            held_uncalibrated += holds(eps)
             ours = md.mentor(p, q, eps, entry, method="select")
             ref = md.mentor(p, q, eps, entry, method="sorted")
             np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12, err_msg=where)
