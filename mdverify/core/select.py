@@ -411,7 +411,7 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
             # sample holds too few of to place the threshold at its own budget: the sample's
             # search is then run at the budget that bears the same ratio to its D(q || p) as
             # eps does to the row's, which the failed pass summed.
-            calibrated = beyond and reaches_drafter and slope_limit == np.inf and state[D] < np.inf
+            calibrated = beyond and slope_limit == np.inf and state[D] < np.inf  # beyond: r = q was tried
             sample_eps = eps * divergence_row(qs, ps, kind, alpha, np.inf) / state[D] if calibrated else eps
             calibrated = calibrated and sample_eps < np.inf  # (not nan: the sample's D is finite here)
             if calibrated:
@@ -1189,9 +1189,10 @@ def _drafter_state(p, q, eps, kind, alpha, slope_limit, work, released=None, to_
     The sums are those of ``_compacted_sums``; on a row where every token has q > 0 and a
     finite ratio (or that ends in padding), ``_complete_sums`` gives the same, bit for bit, in
     one pass; and there fills ``released``, where given (see ``_complete_sums``). D is summed to
-    the end where ``to_end`` asks or ``released`` is given; else it stops where it exceeds eps.
+    the end where ``to_end`` asks (or ``_complete_sums`` fills ``released``); else it stops
+    where it exceeds eps.
     """
-    limit = np.inf if to_end or released is not None else eps
+    limit = np.inf if to_end else eps
     complete, value, a, b, base, capacity_low, capacity_high = _complete_sums(p, q, limit, kind, alpha, work,
                                                                               released)
     q0 = 0.0
