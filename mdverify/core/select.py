@@ -29,10 +29,12 @@ the row screened again, taking over the sums of the tokens that the refused boun
 the refused ones left, only the tokens those laid out are settled anew
 (``_screen_by_levels``), their released ones summed only when a decision needs it: where
 bounds alone show that the settled groups hold the walk back (``_held_back``), never.
-Where the sample puts r = q a little over the budget, the pass that tries r = q sums the
-row's tokens on each side as released groups (``_drafter_released``), and the first screen,
-its bounds widened to clip none of them, takes those sums over: only the tokens it leaves
-undecided are summed again (where the sample says that costs little: ``_takes_over``).
+Where the sample puts r = q over the budget, the pass that tries r = q also sums the row's
+tokens on each side as released groups (``_drafter_released``); where it fails, the first
+screen takes those sums over, where the sample says that costs less than summing its
+released tokens (``_takes_over``): only the tokens it leaves undecided or clips are summed
+again, to be taken out. Where the sample puts r = q a little over the budget and the first
+level's bounds clip few tokens, that screen's bounds are widened to clip none.
 
 A long row on which few tokens carry both p and q (a truncated target or drafter) is not
 screened: one pass flags those tokens and sums the p-mass where q = 0 and the q-mass where
@@ -97,8 +99,8 @@ SPARSE_SHARE = 16
 #: r = q was tried and failed (budgets just below D(q || p)): there it cost 3-8% more.
 SUM_RELEASED_SHARE = 0.6
 #: A screen after a refused one takes over the sums of the tokens that one released, less those
-#: of the tokens it reopens (``_screened``), where at least this share of each sum is left: the
-#: difference then keeps its relative precision within 64 times theirs.
+#: of the tokens it reopens or withdraws (``_screened``), where at least this share of each sum
+#: is left: the difference then keeps its relative precision within 64 times theirs.
 KEPT_SHARE = 1.0 / 64.0
 #: A sample on which the budget does not bind where it binds on the row misjudged its
 #: thresholds too: the screen then starts from this level of SAMPLE_REACH.
@@ -108,19 +110,24 @@ MISJUDGED_LEVEL = 2
 #: 0.95-0.99 D(q || p), the first level's bounds held the row's on 12 of 15 budgets, the
 #: second's on 15; median 0.99x over 360 budgets at 0.90-0.99 D(q || p) against the first).
 CALIBRATED_LEVEL = 1
-#: The pass that tries r = q sums the row's tokens for the screen to take over where it fails
-#: (``_drafter_released``) only where the sample puts D(q || p) over the budget by more than
-#: this share of it (``_drafter_on_sample``): at a budget of D(q || p) itself, where r = q is
-#: within, the sample's estimate was at most 2.2% over it on the families benchmark's rows
-#: (129 with D finite, n = 131072, three seeds), and the sums, the first level's bounds and
-#: their test would cost the call 1.1-1.5x.
+#: The screen after a failed r = q pass takes over that pass's sums (``_drafter_released``) where
+#: the sample puts at most this share as many row tokens below a_lo or above b_hi (withdrawn:
+#: laid out and summed to be taken out) as between a_hi and b_lo (released: summed by that pass
+#: alone) (``_takes_over``). Where it puts most of the row below a_lo (the reference row at
+#: 0.90-0.99 D(q || p): 57% withdrawn, 26% released), the take-over cost the call 1.5x.
+TAKE_OVER_SHARE = 0.5
+#: Where the sample puts D(q || p) over the budget by more than this share of it
+#: (``_drafter_on_sample``), the first level's bounds are estimated before the pass that tries
+#: r = q, and where they clip few tokens (below), that level's screen is widened to clip none,
+#: leaving them undecided, and is searched before the calibrated levels: at a budget of
+#: D(q || p) itself, where r = q is within, the sample's estimate was at most 2.2% over it on
+#: the families benchmark's rows (129 with D finite, n = 131072, three seeds).
 TAKE_OVER_FROM = 0.025
-#: ... and where the sample puts at most this share of the row below a_lo or above b_hi
-#: (``_takes_over``): the screen then leaves those tokens undecided, each costing the gather
-#: and the search more than f~ costs a released one.
-TAKE_OVER_SHARE = 1.0 / 32.0
-#: ... and where the tokens that the first level's bounds release keep at least this share of
-#: each side's sums on the sample: four times KEPT_SHARE, for the sample's error.
+#: ... where the sample puts at most this share of the row below a_lo or above b_hi: each
+#: costs the gather and the search more than f~ costs a released one.
+WIDENED_SHARE = 1.0 / 32.0
+#: Either way, the tokens the bounds release keep at least this share of each side's sums on
+#: the sample: four times KEPT_SHARE, for the sample's error.
 TAKE_OVER_KEPT = 4.0 * KEPT_SHARE
 #: r = q is tried before any search where D(q || p) over the sample is at most this share over
 #: the budget (``_drafter_on_sample``): at a budget of D(q || p) itself the sample's estimate
@@ -384,25 +391,24 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
                 return True, state, binding, q0, base
         # Where r = q is within the budget on the sample, its search would not bind (it moves no
         # more than that): r = q is tried first (so too a little over it), and the sample
-        # searched only if it fails; or before, where it is over by more than TAKE_OVER_FROM
-        # (its first level's bounds decide what that pass sums: below). The pass sums D(q || p)
-        # to the end: where r = q fails, the sample's search is calibrated to it (below).
+        # searched only if it fails; or before, where it is over by more than TAKE_OVER_FROM.
+        # The pass sums D(q || p) to the end: where r = q fails, the sample's search is
+        # calibrated to it (below). Where the sample puts r = q over the budget, it also sums
+        # the row's tokens as released groups for the screen to take over (``_takes_over``),
+        # with the first level's bounds widened to clip none (``widened``) where they clip few.
         levels = np.empty((0, 4), np.float64)
-        reaches_drafter = over = False
+        reaches_drafter = exceeds = over = False
         if slope_limit == np.inf:
-            reaches_drafter, over = _drafter_on_sample(ps, qs, eps, kind, alpha)
+            reaches_drafter, exceeds, over = _drafter_on_sample(ps, qs, eps, kind, alpha)
         if not reaches_drafter or over:
             levels, on_sample = _sample_bounds(p.size, tokens, ps, qs, eps, kind, alpha, slope_limit)
             reaches_drafter = reaches_drafter or on_sample
-        # Where the sample puts r = q a little over the budget, and the first level's bounds clip
-        # few tokens, the pass that tries r = q sums the row's tokens as released groups for the
-        # screen to take over (``_drafter_released``), with bounds that clip none of them.
-        take_over = over and _takes_over(levels[0], tokens, ps, qs, kind, alpha, p.size)
+        widened = over and _takes_over(levels[0], tokens, ps, qs, kind, alpha, True, p.size)
         released = _none_released()
         found = beyond = False
         if reaches_drafter:  # most often r = q, every token released
             found, beyond, state, q0, base, excess = _drafter_state(p, q, eps, kind, alpha, slope_limit, work,
-                                                                    released if take_over else None, True)
+                                                                    released if exceeds else None, True)
             binding = False
         # Else the budget binds, or the row's end m_max falls short of r = q (drafter mass where
         # p = 0, float32 sums), or the sample misjudged: the screen's bounds hold the thresholds.
@@ -418,9 +424,9 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
                 levels, _ = _sample_bounds(p.size, tokens, ps, qs, sample_eps, kind, alpha, slope_limit)
             elif levels.shape[0] == 0:
                 levels, _ = _sample_bounds(p.size, tokens, ps, qs, eps, kind, alpha, slope_limit)
-            handed_over = released[2] + released[5] > 0.0  # filled: a complete row
-            first = 0 if handed_over or not beyond else (CALIBRATED_LEVEL if calibrated else MISJUDGED_LEVEL)
-            if handed_over:
+            widened = widened and released[2] + released[5] > 0.0
+            first = 0 if widened or not beyond else (CALIBRATED_LEVEL if calibrated else MISJUDGED_LEVEL)
+            if widened:
                 levels[0, 0] = 0.0
                 levels[0, 3] = np.inf
             if reaches_drafter and not beyond:  # r = q within the budget, the sides unbalanced
@@ -431,6 +437,9 @@ def _screened_search(p, q, eps, kind, alpha, work, slope_limit, check):
                 # still brackets; elsewhere it failed as the tokens within that reach held too little.
                 reach = SAMPLE_REACH[0] if state[FILL] > 0.0 else SAMPLE_REACH[1]
                 levels = _unbalanced_levels(levels, state[A], state[B], excess, ps, qs, reach)
+            if released[2] + released[5] > 0.0 and not widened and not _takes_over(levels[first], tokens, ps, qs, kind,
+                                                                                    alpha, False, p.size):
+                released = _none_released()  # filled by a complete row's pass, but costlier to take over
             found, state, binding, q0, base = _screen_by_levels(p, q, eps, kind, alpha, work, levels[first:],
                                                                 slope_limit, reaches_drafter, released)
         if found:
@@ -701,7 +710,8 @@ def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit, drafter
         bounds = _onward(bounds, hits, levels[level + 1])
         if laid_out and bounds[0] >= within[0] and bounds[3] <= within[3]:
             split, layout, low, high, laid_out, released = _rescreened(work, split, clipped, bounds)
-        else:  # the sums of the tokens that the refused bounds released, where these clip none of them
+        else:  # the sums of the tokens that the refused bounds released, where these withdraw none of
+            # them: a withdrawal takes out the most, and differences of differences lose more precision.
             summed = released if bounds[0] <= within[1] and bounds[3] >= within[2] else _none_released()
             split, layout, low, high, laid_out, released = _screened(p, q, work, bounds, kind, alpha, summing, summed)
     return False, state, binding, q0, base
@@ -763,12 +773,12 @@ def _screened(p, q, work, bounds, kind, alpha, summing, summed):
     gathered. ``laid_out``: every token not clipped is in ``work``, as ``_rescreened`` needs.
     ``released``: the released groups (``_none_released``), for a later screen.
 
-    ``summed``: the ``released`` of an earlier screen of the row, from bounds that released
-    no token these clip. Those released here too are settled with the sums given, neither
-    laid out nor summed again; those undecided here (reopened) are laid out, and their sums
-    taken out of the given ones. Where that leaves less than KEPT_SHARE of a side's sums (the
-    difference would lose their precision), the row is screened as without ``summed``.
-    ``_none_released()`` for none.
+    ``summed``: the ``released`` of an earlier screen of the row. Those released here too are
+    settled with the sums given, neither laid out nor summed again; those undecided here
+    (reopened) and those clipped here (withdrawn) are laid out, and their sums taken out of the
+    given ones. Where that leaves less than KEPT_SHARE of a side's sums (the difference would
+    lose their precision), the row is screened as without ``summed``. ``_none_released()`` for
+    none.
     """
     if summed[2] + summed[5] > 0.0:
         taken, result = _screen_and_sum(p, q, work, bounds, kind, alpha, summing, summed)
@@ -789,9 +799,9 @@ def _screen_and_sum(p, q, work, bounds, kind, alpha, summing, summed):
     else:
         counts = screen(p, q, bounds, (summed[0], summed[1], summed[8], summed[9], summed[10], summed[11]), flags)
         before = summed
-        reopened = (counts[10], counts[11])
+        reopened = counts[10:]
     (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, n_low, n_high, n_released_low,
-     n_released_high, n_reopened_low, n_reopened_high) = counts
+     n_released_high, n_reopened_low, n_reopened_high, n_withdrawn_low, n_withdrawn_high) = counts
     laid_out = not summing or n_released_low + n_released_high < SUM_RELEASED_SHARE * p.size
     size = work.shape[1]
     if laid_out:  # the released groups' sums from their tokens, laid out after each side's undecided ones
@@ -806,10 +816,14 @@ def _screen_and_sum(p, q, work, bounds, kind, alpha, summing, summed):
         n_high -= n_released_high
         gather(p, q, flags, work[0], work[1], n_low, n_high, 0, 0, reopened)
         layout = (0, 0, 0, 0)
-    # The reopened tokens, laid out first on each side: their sums come out of the given ones.
-    low_kept, low_taken = _kept_sums(kind, alpha, work, 0, n_reopened_low, 1.0, before[2:5])
-    high_kept, high_taken = _kept_sums(kind, alpha, work, size - n_high, size - n_high + n_reopened_high, -1.0,
-                                       before[5:8])
+    # The reopened tokens, laid out first on each side, and the withdrawn ones, laid out next to
+    # it between the sides (the high side's right before its reopened ones): their sums come out
+    # of the given ones.
+    low_kept, low_taken = _kept_sums(kind, alpha, work, ((0, n_reopened_low), (n_low, n_low + n_withdrawn_low)),
+                                     1.0, before[2:5])
+    high_kept, high_taken = _kept_sums(kind, alpha, work, ((size - n_high - n_withdrawn_high,
+                                                            size - n_high + n_reopened_high), (0, 0)),
+                                       -1.0, before[5:8])
     released = np.array([bounds[1], bounds[2], low_kept[0] + n_released_low, low_kept[1] + moved[0],
                          low_kept[2] + f_released[0], high_kept[0] + n_released_high, high_kept[1] + moved[1],
                          high_kept[2] + f_released[1], base, capacity_low, capacity_high, q0])
@@ -820,14 +834,20 @@ def _screen_and_sum(p, q, work, bounds, kind, alpha, summing, summed):
 
 
 @kernel
-def _kept_sums(kind, alpha, work, start, end, s, summed):
+def _kept_sums(kind, alpha, work, taken_out, s, summed):
     """((count, moved mass, sum of p f~) of one side's ``summed`` released tokens less those
-    reopened and laid out in work[:2, start:end], taken): where none is left, 0 exactly; else
-    whether what is left keeps at least KEPT_SHARE of both sums (and they are finite)."""
-    count = summed[0] - (end - start)
+    reopened or withdrawn and laid out in work[:2, start:end] for the two (start, end) of
+    ``taken_out``, taken): where none is left, 0 exactly; else whether what is left keeps at
+    least KEPT_SHARE of both sums (and they are finite)."""
+    (start, end), (other_start, other_end) = taken_out
+    count = summed[0] - (end - start) - (other_end - other_start)
     if count == 0.0:
         return (0.0, 0.0, 0.0), True
     out_moved, out_f = _laid_out_sums(kind, alpha, work, start, end, s)
+    if other_end > other_start:
+        other_moved, other_f = _laid_out_sums(kind, alpha, work, other_start, other_end, s)
+        out_moved += other_moved
+        out_f += other_f
     moved = summed[1] - out_moved
     f_kept = summed[2] - out_f
     taken = moved >= KEPT_SHARE * summed[1] and f_kept >= KEPT_SHARE * summed[2] and summed[2] < np.inf
@@ -985,34 +1005,37 @@ def _calibrated(ps, qs, capacity_low, capacity_high):
 
 
 @kernel
-def _takes_over(bounds, tokens, ps, qs, kind, alpha, n):
-    """Whether a screen with ``bounds`` widened to clip nothing (a_lo = 0, b_hi = inf) would, by
-    the sample, take over the sums of a pass that releases every token (``_drafter_released``)
-    at little cost: the sample stands for at most TAKE_OVER_SHARE n row tokens that ``bounds``
-    clip (the widened ones leave them undecided), and on each side the tokens that ``bounds``
-    release keep at least TAKE_OVER_KEPT of its moved mass and of its sum of p f~ (a screen
-    takes over at least KEPT_SHARE: ``_kept_sums``). False where a sampled token has p = 0 or
-    q = 0: such a row's pass sums no released groups."""
+def _takes_over(bounds, tokens, ps, qs, kind, alpha, widened, n):
+    """Whether a screen with ``bounds`` would, by the sample, take over at a gain the sums of a
+    pass that released every token (``_drafter_released``): the sample stands for at most
+    TAKE_OVER_SHARE as many row tokens that ``bounds`` clip (withdrawn) as tokens they release,
+    or, ``widened`` (a_lo and b_hi to clip nothing: those tokens left undecided), at most
+    WIDENED_SHARE n of them; and on each side those they release keep at least TAKE_OVER_KEPT
+    of its moved mass and of its sum of p f~ (a screen takes over at least KEPT_SHARE:
+    ``_kept_sums``). False where a sampled token has p = 0 or q = 0: such a row's pass sums no
+    released groups."""
     a_lo, a_hi, b_lo, b_hi = bounds
     if not (ps > 0.0).all() or not (qs > 0.0).all():
         return False
     keys = qs / ps
     terms = np.empty(keys.size, np.float64)
     weighted_f_tilde_terms(kind, alpha, keys, ps, 1.0, 0, keys.size, terms)
-    clipped = 0.0
+    clipped = released = 0.0
     sums = np.zeros((2, 4), np.float64)  # per side: moved mass, p f~, and those of the released
     for j in range(keys.size):
         low = keys[j] < 1.0
         side = 0 if low else 1
-        clipped += tokens[j] if (keys[j] < a_lo if low else keys[j] > b_hi) else 0.0
-        released = keys[j] > a_hi if low else keys[j] < b_lo
+        clip = keys[j] < a_lo if low else keys[j] > b_hi
+        release = keys[j] > a_hi if low else keys[j] < b_lo
+        clipped += tokens[j] if clip else 0.0
+        released += tokens[j] if release else 0.0
         moved = abs(ps[j] - qs[j])
         sums[side, 0] += moved
         sums[side, 1] += terms[j]
-        sums[side, 2] += moved if released else 0.0
-        sums[side, 3] += terms[j] if released else 0.0
+        sums[side, 2] += moved if release else 0.0
+        sums[side, 3] += terms[j] if release else 0.0
     kept = (sums[:, 2] >= TAKE_OVER_KEPT * sums[:, 0]) & (sums[:, 3] >= TAKE_OVER_KEPT * sums[:, 1])
-    return clipped <= TAKE_OVER_SHARE * n and kept.all()
+    return clipped <= (WIDENED_SHARE * n if widened else TAKE_OVER_SHARE * released) and kept.all()
 
 
 @kernel
@@ -1023,13 +1046,14 @@ def _sample_size(n):
 
 @kernel
 def _drafter_on_sample(ps, qs, eps, kind, alpha):
-    """(within, over): whether D_f(q || p) over the sample, its terms weighted as the row's, is
-    finite and within eps (as r = q must be on the row: ``_drafter_state``) or over it by at
-    most WITHIN_MARGIN eps; and whether it is over eps by more than TAKE_OVER_FROM eps."""
+    """(within, exceeds, over): whether D_f(q || p) over the sample, its terms weighted as the
+    row's, is finite and within eps (as r = q must be on the row: ``_drafter_state``) or over
+    it by at most WITHIN_MARGIN eps; and whether it is over eps at all, and by more than
+    TAKE_OVER_FROM eps."""
     limit = eps * (1.0 + WITHIN_MARGIN)
     value = divergence_row(qs, ps, kind, alpha, limit)
     within = value <= limit and value < np.inf
-    return within, within and value > eps * (1.0 + TAKE_OVER_FROM)
+    return within, within and value > eps, within and value > eps * (1.0 + TAKE_OVER_FROM)
 
 
 @kernel
