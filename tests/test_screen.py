@@ -125,8 +125,9 @@ def test_screen_flags_and_sums_compiled_without_avx512():
     (``screen._count``): the two tests above again, with and without an earlier screen's
     released groups, in a process compiled for this CPU less AVX-512."""
     features = ",".join("-" + f[1:] if f.startswith("+avx512") else f for f in get_host_cpu_features().split(","))
-    tests = [__file__ + "::" + name for name in ("test_screen_flags_and_sums",
-                                                 "test_screen_settles_reopens_or_withdraws_the_tokens_an_earlier_screen_released")]
+    names = ("test_screen_flags_and_sums",
+             "test_screen_settles_reopens_or_withdraws_the_tokens_an_earlier_screen_released")
+    tests = [__file__ + "::" + name for name in names]
     code = ("import sys, pytest; from mdverify.core.jit import MASK_REGISTERS; assert not MASK_REGISTERS; "
             f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', *{tests!r}]))")
     run = subprocess.run([sys.executable, "-c", code], env=os.environ | {"NUMBA_CPU_FEATURES": features},

@@ -270,10 +270,10 @@ def screen(p, q, bounds, summed, flags):
     and so are those within a few ulps of a bound. The totals are those of
     ``index.split_sides``; then come the p-mass of each clipped group and the counts of the
     tokens ``gather`` lays out: of each side not clipped, of each side released, and of each
-    side reopened and withdrawn (below). The released groups' sums are left to the passes that visit those
-    tokens anyway (``gather`` and ``released_sums``, or ``sum_released``): here each sum costs
-    every token of the row (four of them took a sixth of this pass: 124 -> 102 us at n =
-    131072, AMD EPYC Zen 4).
+    side reopened and withdrawn (below). The released groups' sums are left to the passes that
+    visit those tokens anyway (``gather`` and ``released_sums``, or ``sum_released``): here
+    each sum costs every token of the row (four of them took a sixth of this pass: 124 -> 102
+    us at n = 131072, AMD EPYC Zen 4).
 
     No ratio is computed: the bounds are compared as products (``screen_factors``), for a
     division per token would cost this pass three times the rest. The counts are added as
