@@ -284,8 +284,10 @@ def screen(p, q, bounds, summed, flags):
     row whose released groups the caller has summed, its a_hi and b_lo and the row's totals it
     returned; None for none. Then the pass is ``_screen_after``'s.
     """
-    if summed is not None:
-        return _screen_after(p, q, bounds, summed, flags)
+    if summed is not None:  # withdrawing only where these bounds clip what those released: compiled apart
+        if bounds[0] > summed[0] or bounds[3] < summed[1]:
+            return _screen_after(p, q, bounds, summed, flags, True)
+        return _screen_after(p, q, bounds, summed, flags, None)
     factors = screen_factors(bounds)
     base = capacity_low = capacity_high = q0 = p_clipped_low = p_clipped_high = 0.0
     n_low = n_high = n_released_low = n_released_high = NO_COUNT
@@ -312,7 +314,7 @@ def screen(p, q, bounds, summed, flags):
 
 
 @kernel(reassociate=True, borrow=True)
-def _screen_after(p, q, bounds, summed, flags):
+def _screen_after(p, q, bounds, summed, flags, withdrawing):
     """``screen`` after an earlier screen whose released groups the caller has summed (its
     ``summed``). Compared as that screen compared them, its released tokens are found to the
     last one: those released here too are settled, their sums being the caller's; those
@@ -321,10 +323,12 @@ def _screen_after(p, q, bounds, summed, flags):
     p in the clipped group's), counted apart, for the caller to take the sums of both kinds
     out; neither kind is counted as released. The row's totals are those given, not summed
     again: summing them too, this pass took 1.7x the time of ``screen``'s own (259 against 153
-    us at n = 131072, an Intel Xeon), and took 1.3x (205 us) before it counted the withdrawn
-    tokens, which cost it a quarter more (179 -> 236 us, against 134 for ``screen``'s, on the
-    reference row). Its loop is apart from ``screen``'s: one loop for both, the totals' sums
-    under a branch on ``summed``, took 690 us here."""
+    us at n = 131072, an Intel Xeon), and takes 1.3x (205 us). Counting the withdrawn tokens
+    costs it a quarter more (173 -> 218 us on the reference row, min of 40), so it is compiled
+    apart without them where ``withdrawing`` is None (these bounds clip no token the earlier
+    ones released): 178 us there, 236 counted in one loop for both. Its loop is apart from
+    ``screen``'s: one loop for both, the totals' sums under a branch on ``summed``, took 690 us
+    here."""
     factors = screen_factors(bounds)
     _, over_a_before, b_before, _ = screen_factors((1.0, summed[0], summed[1], 1.0))
     p_clipped_low = p_clipped_high = 0.0
@@ -338,8 +342,6 @@ def _screen_after(p, q, bounds, summed, flags):
         before_high = high & (qi < b_before * pi)
         kept_low = low & ~clipped_low & ~released_low & ~before_low
         kept_high = high & ~clipped_high & ~released_high & ~before_high
-        withdrawn_low = before_low & clipped_low
-        withdrawn_high = before_high & clipped_high
         reopened_low = before_low & ~released_low & ~clipped_low
         reopened_high = before_high & ~released_high & ~clipped_high
         released_low &= ~before_low
@@ -352,11 +354,15 @@ def _screen_after(p, q, bounds, summed, flags):
         n_released_high += _count(released_high)
         n_reopened_low += _count(reopened_low)
         n_reopened_high += _count(reopened_high)
-        n_withdrawn_low += _count(withdrawn_low)
-        n_withdrawn_high += _count(withdrawn_high)
-        flags[i] = (kept_low * KEPT_LOW + kept_high * KEPT_HIGH + released_low * RELEASED_LOW
-                    + released_high * RELEASED_HIGH + reopened_low * REOPENED_LOW + reopened_high * REOPENED_HIGH
-                    + withdrawn_low * WITHDRAWN_LOW + withdrawn_high * WITHDRAWN_HIGH)
+        flag = (kept_low * KEPT_LOW + kept_high * KEPT_HIGH + released_low * RELEASED_LOW
+                + released_high * RELEASED_HIGH + reopened_low * REOPENED_LOW + reopened_high * REOPENED_HIGH)
+        if withdrawing is not None:
+            withdrawn_low = before_low & clipped_low
+            withdrawn_high = before_high & clipped_high
+            n_withdrawn_low += _count(withdrawn_low)
+            n_withdrawn_high += _count(withdrawn_high)
+            flag += withdrawn_low * WITHDRAWN_LOW + withdrawn_high * WITHDRAWN_HIGH
+        flags[i] = flag
     base, capacity_low, capacity_high, q0 = summed[2:]
     n_low += n_released_low + n_reopened_low  # every token gather lays out on the side
     n_high += n_released_high + n_reopened_high
