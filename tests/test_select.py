@@ -226,12 +226,13 @@ def test_the_sample_is_searched_only_where_r_equals_q_exceeds_the_budget_on_it()
     assert len(at_drafter) >= 40 and all(at_drafter)  # 24 of 42 without the margin, when written
 
 
-#: Of the 15 budgets of each family, at least as many as the sample says the screen takes the
-#: drafter's sums over for (15, 15, 15 and 0 when written: the unrelated drafter's bounds leave
-#: more of its tokens unreleased than they release), and of those, at least as many where the
-#: screen withdraws tokens (7, 1, 6 and 0).
-TAKEN_OVER = {"LLM-like, T = 1.5": (13, 5), "Zipf, weak drafter noise": (13, 1), "near-identical pair": (13, 4),
-              "unrelated drafter": (0, 0)}
+#: Of the 15 budgets of each family, at least as many as the sample says the calibrated level's
+#: screen takes the drafter's sums over for (15, 15, 15 and 0 when written: the unrelated
+#: drafter's bounds leave more of its tokens unreleased than they release); of those, at least
+#: as many where it withdraws tokens (7, 1, 6 and 0); and at least as many where the first
+#: level's screen, widened, takes them over (4, 8, 4 and 0).
+TAKEN_OVER = {"LLM-like, T = 1.5": (13, 5, 3), "Zipf, weak drafter noise": (13, 1, 6),
+              "near-identical pair": (13, 4, 3), "unrelated drafter": (0, 0, 0)}
 
 
 @pytest.mark.parametrize("family", ["LLM-like, T = 1.5", "Zipf, weak drafter noise", "near-identical pair",
@@ -244,8 +245,10 @@ def test_a_failed_drafter_pass_hands_the_row_as_released_groups_to_the_screen(fa
     at a gain (``_takes_over``), a screen with those bounds takes them over, taking out the
     sums of the tokens it reopens and withdraws: it lays out none of those it releases, and
     its released groups' sums are those of the screen that lays them out (on at least
-    TAKEN_OVER[family] budgets, and withdrawing tokens on some). The solver's result is the
-    sorted walk's."""
+    TAKEN_OVER[family] budgets, and withdrawing tokens on some); and where the sample puts r = q
+    over by TAKE_OVER_FROM and its first level clips few tokens, a screen with that level's
+    bounds widened to clip nothing takes them over and its search is confirmed. The solver's
+    result is the sorted walk's."""
     from mdverify.bench.families import FAMILIES
     from mdverify.core import screen, select, terms
 
@@ -254,7 +257,7 @@ def test_a_failed_drafter_pass_hands_the_row_as_released_groups_to_the_screen(fa
     work = np.empty((4, n))
     _, _, tokens, ps, qs = select._sample(p, q, work, False)
     low, high = q < p, q > p
-    taken = withdrew = 0
+    taken = withdrew = widened = 0
     for name in ("kl", "reverse_kl", "jensen_shannon", "hellinger", "tv"):
         entry = md.divergence(name)
         drafter = float(entry.value(q, p))
@@ -277,6 +280,16 @@ def test_a_failed_drafter_pass_hands_the_row_as_released_groups_to_the_screen(fa
             ref = md.mentor(p, q, eps, entry, method="sorted")
             np.testing.assert_allclose(ours.r, ref.r, rtol=0, atol=1e-12, err_msg=where)
             assert ours.divergence_value <= eps, where
+            # Widened: where the sample puts r = q over by TAKE_OVER_FROM and its first level clips
+            # few tokens, that level's bounds widened to clip none take the sums over, confirmed.
+            levels, _ = select._sample_bounds(n, tokens, ps, qs, eps, entry.kind, entry.param, np.inf)
+            if (select._drafter_on_sample(ps, qs, eps, entry.kind, entry.param)[2]
+                    and select._takes_over(levels[0], tokens, ps, qs, entry.kind, entry.param, True, n)):
+                widened += 1
+                bounds = (0.0, levels[0, 1], levels[0, 2], np.inf)
+                result = select._screened(p, q, work, bounds, entry.kind, entry.param, False, released)
+                assert result[1][2:] == (0, 0) and result[-1][2] > 0.0 and result[-1][5] > 0.0, where
+                assert select._walk_between(work, *result[:4], bounds, eps, entry.kind, entry.param, np.inf)[0], where
             sample_eps = eps * select.divergence_row(qs, ps, entry.kind, entry.param, np.inf) / value
             levels, _ = select._sample_bounds(n, tokens, ps, qs, sample_eps, entry.kind, entry.param, np.inf)
             bounds = tuple(levels[select.CALIBRATED_LEVEL])
@@ -291,8 +304,8 @@ def test_a_failed_drafter_pass_hands_the_row_as_released_groups_to_the_screen(fa
             assert result[1][2:] == (0, 0) and fresh[1][2:] != (0, 0), where  # laid out: only the fresh
             np.testing.assert_array_equal(result[-1][[2, 5]], fresh[-1][[2, 5]], err_msg=where)
             np.testing.assert_allclose(result[-1][[3, 4, 6, 7]], fresh[-1][[3, 4, 6, 7]], rtol=1e-12, err_msg=where)
-    least_taken, least_withdrew = TAKEN_OVER[family]
-    assert taken >= least_taken and withdrew >= least_withdrew, (taken, withdrew)
+    least = TAKEN_OVER[family]
+    assert taken >= least[0] and withdrew >= least[1] and widened >= least[2], (taken, withdrew, widened)
 
 
 #: Budgets of the test below at which the calibrated level's bounds hold the row's thresholds,
