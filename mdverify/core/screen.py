@@ -284,8 +284,8 @@ def screen(p, q, bounds, summed, flags):
     row whose released groups the caller has summed, its a_hi and b_lo and the row's totals it
     returned; None for none. Then the pass is ``_screen_after``'s.
     """
-    if summed is not None:  # withdrawing only where these bounds clip what those released: compiled apart
-        if bounds[0] > summed[0] or bounds[3] < summed[1]:
+    if summed is not None:  # withdrawing only where these bounds may: compiled apart
+        if withdraws(bounds, (summed[0], summed[1])):
             return _screen_after(p, q, bounds, summed, flags, True)
         return _screen_after(p, q, bounds, summed, flags, None)
     factors = screen_factors(bounds)
@@ -311,6 +311,13 @@ def screen(p, q, bounds, summed, flags):
                     + released_low * (RELEASED_LOW - KEPT_LOW) + released_high * (RELEASED_HIGH - KEPT_HIGH))
     return (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, int(n_low), int(n_high),
             int(n_released_low), int(n_released_high), 0, 0, 0, 0)
+
+
+@kernel
+def withdraws(bounds, earlier):
+    """Whether ``bounds`` may clip a token that a screen with ``earlier`` = (a_hi', b_lo')
+    released (a_lo > a_hi' or b_hi < b_lo'): ``_screen_after`` then withdraws it."""
+    return bounds[0] > earlier[0] or bounds[3] < earlier[1]
 
 
 @kernel(reassociate=True, borrow=True)

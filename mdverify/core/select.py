@@ -55,7 +55,7 @@ from mdverify.core.jit import kernel
 from mdverify.core.terms import (CHUNK, divergence_of_terms, divergence_row, divergence_terms, needs_f_tilde,
                                  sum_of_terms, sum_weighted_f_tilde, weighted_f_tilde)
 from mdverify.core.screen import (SLACK, flag_view, flagged, gather, inclusion, mark_both, mark_sample,
-                                  released_sums, screen, sum_released)
+                                  released_sums, screen, sum_released, withdraws)
 from mdverify.core.walk import (A, B, D, FILL, JUMP_STEPS, K_HIGH, K_LOW, M, STATE_SIZE, segment_point, solve_segment,
                                 solve_slope, walk_or_jump, walk_row)
 
@@ -714,7 +714,7 @@ def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit, drafter
             split, layout, low, high, laid_out, released = _rescreened(work, split, clipped, bounds)
         else:  # the sums of the tokens that the refused bounds released, where these withdraw none of
             # them: a withdrawal takes out the most, and differences of differences lose more precision.
-            summed = released if bounds[0] <= within[1] and bounds[3] >= within[2] else _none_released()
+            summed = _none_released() if withdraws(bounds, (within[1], within[2])) else released
             split, layout, low, high, laid_out, released = _screened(p, q, work, bounds, kind, alpha, summing, summed)
     return False, state, binding, q0, base
 
