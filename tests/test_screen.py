@@ -17,6 +17,8 @@ from mdverify.core.walk import M
 from mdverify.workloads import edge_rows, families, llm_rows, truncate_top_k, truncate_top_p
 
 KL = md.divergence("kl")
+#: No row of terms for ``select._screened`` (as kept by a pass that tried r = q).
+NO_TERMS = np.empty(0)
 
 
 def _rows():
@@ -249,7 +251,7 @@ def test_rows_mostly_released_are_summed_by_the_screen_and_match_sorted(family, 
     screened anew), and the solver finds the sorted walk's optimum."""
     p, q, entry, levels, work = _family_levels(family, 0, divergence, eps, dtype)
     split, layout, low, high, laid_out, _ = select._screened(p, q, work, tuple(levels[0]), entry.kind, entry.param,
-                                                             True, select._none_released())
+                                                             True, select._none_released(), NO_TERMS)
     assert not laid_out and layout == (0, 0, 0, 0)
     assert low[select.F_EXACT] > 0.0 and high[select.F_EXACT] > 0.0
     _assert_select_matches_sorted(p, q, entry, family, (eps,))
@@ -393,7 +395,7 @@ def test_bounds_within_refused_ones_settle_what_those_left(family, seed, diverge
     p, q, entry, levels, work = _family_levels(family, seed, divergence, eps)
     fresh = np.empty_like(work)
     split, layout, low, high, laid_out, _ = select._screened(p, q, work, tuple(levels[0]), entry.kind, entry.param,
-                                                             True, select._none_released())
+                                                             True, select._none_released(), NO_TERMS)
     assert laid_out  # else the next level screens the row anew
     clipped = (low[select.P_CLIP], high[select.P_CLIP])
     _, hits, *_ = select._walk_between(work, split, layout, low, high, tuple(levels[0]), eps, entry.kind,
@@ -401,7 +403,8 @@ def test_bounds_within_refused_ones_settle_what_those_left(family, seed, diverge
     assert hits[1] or hits[2]
     bounds = select._onward(tuple(levels[0]), hits, levels[1])
     again = select._rescreened(work, split, clipped, bounds)
-    screened = select._screened(p, q, fresh, bounds, entry.kind, entry.param, True, select._none_released())
+    screened = select._screened(p, q, fresh, bounds, entry.kind, entry.param, True, select._none_released(),
+                                NO_TERMS)
     assert again[4] and screened[4]
     # The same groups: the sums of the clipped and of the released (the latter laid out, and
     # summed by the screen alone), and the bounds on their keys.
@@ -427,7 +430,7 @@ def _first_level(family, seed, divergence, eps, summing):
     sample, and the search on that: (p, q, entry, levels, work, released, hits)."""
     p, q, entry, levels, work = _family_levels(family, seed, divergence, eps)
     split, layout, low, high, _, released = select._screened(p, q, work, tuple(levels[0]), entry.kind, entry.param,
-                                                             summing, select._none_released())
+                                                             summing, select._none_released(), NO_TERMS)
     _, hits, *_ = select._walk_between(work, split, layout, low, high, tuple(levels[0]), eps, entry.kind,
                                        entry.param, np.inf)
     return p, q, entry, levels, work, released, hits
@@ -453,8 +456,10 @@ def test_bounds_after_refused_ones_take_their_released_sums(family, seed, diverg
     assert hits.any() and (hits[0] or hits[3]) == more and (hits[1] or hits[2]) != more
     bounds = select._onward(first, hits, levels[1])
     fresh_work = np.empty_like(work)
-    taken, carried = select._screen_and_sum(p, q, work, bounds, entry.kind, entry.param, summing, released)
-    fresh = select._screened(p, q, fresh_work, bounds, entry.kind, entry.param, summing, select._none_released())
+    taken, carried = select._screen_and_sum(p, q, work, bounds, entry.kind, entry.param, summing, released,
+                                            NO_TERMS)
+    fresh = select._screened(p, q, fresh_work, bounds, entry.kind, entry.param, summing, select._none_released(),
+                             NO_TERMS)
     assert taken and not carried[4]  # its released tokens are not all in work: never settled from there
     flags = screen.flag_view(fresh_work[3], p.size)
     anew = screen.screen(p, q, bounds, None, flags)[8:10]
@@ -493,11 +498,12 @@ def test_sums_mostly_reopened_are_not_taken():
     rho = _ratios(p, q)[0]
     a_hi = np.sort(rho[rho < 1.0])[-3] * (1.0 - 1e-9)  # releasing the few low tokens nearest 1
     bounds = (first[0], a_hi, first[2], first[3])
-    taken, carried = select._screen_and_sum(p, q, work, bounds, entry.kind, entry.param, True, released)
+    taken, carried = select._screen_and_sum(p, q, work, bounds, entry.kind, entry.param, True, released, NO_TERMS)
     assert not taken and 0 < carried[5][2] <= 3  # a sliver left, not nothing
     fresh_work = np.empty_like(work)
-    got = select._screened(p, q, work, bounds, entry.kind, entry.param, True, released)
-    fresh = select._screened(p, q, fresh_work, bounds, entry.kind, entry.param, True, select._none_released())
+    got = select._screened(p, q, work, bounds, entry.kind, entry.param, True, released, NO_TERMS)
+    fresh = select._screened(p, q, fresh_work, bounds, entry.kind, entry.param, True, select._none_released(),
+                             NO_TERMS)
     assert got[:2] == fresh[:2] and got[4] == fresh[4]
     for a, b in zip(got[2:4] + got[5:], fresh[2:4] + fresh[5:]):
         np.testing.assert_array_equal(a, b)

@@ -127,6 +127,6 @@ def test_the_drafter_test_sums_d_as_md_divergence_does(family):
         eps = float(entry.value(q, p))
         if not np.isfinite(eps):
             continue
-        found, _, state, _, _, _ = select._drafter_state(p, q, eps, entry.kind, entry.param, np.inf,
-                                                         np.empty((4, p.size)))
+        found, _, state, *_ = select._drafter_state(p, q, eps, entry.kind, entry.param, np.inf,
+                                                    np.empty((4, p.size)))
         assert found and state[select.D] == eps, (family, name)

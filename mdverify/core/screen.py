@@ -439,6 +439,29 @@ def sum_released(kind, alpha, p, q, flags, scratch):
     return (p_low, p_high), (moved_low, moved_high), (f_low, f_high)
 
 
+@kernel(reassociate=True, borrow=True)
+def sum_released_terms(p, q, flags, terms):
+    """``sum_released`` where each token's term p f~(q/p) is known (``terms``, the row's, as
+    the pass that tried r = q summed them): the released tokens' sums read off in one
+    vectorised pass, their moved mass as |p - q|, no f~ evaluated. They are then flagged
+    SETTLED, as there."""
+    f_low = f_high = p_low = p_high = moved_low = moved_high = 0.0
+    for i in range(p.size):
+        pi = np.float64(p[i])
+        qi = np.float64(q[i])
+        flag = flags[i]
+        is_low = flag == RELEASED_LOW
+        is_high = flag == RELEASED_HIGH
+        f_low += terms[i] if is_low else 0.0
+        f_high += terms[i] if is_high else 0.0
+        p_low += pi if is_low else 0.0
+        p_high += pi if is_high else 0.0
+        moved_low += pi - qi if is_low else 0.0
+        moved_high += qi - pi if is_high else 0.0
+        flags[i] = SETTLED if is_low | is_high else flag
+    return (p_low, p_high), (moved_low, moved_high), (f_low, f_high)
+
+
 @kernel(inline=True)
 def _released(flag):
     """Whether a flag is RELEASED_LOW or RELEASED_HIGH."""
