@@ -17,7 +17,9 @@ only those, skipping eight unflagged tokens at a time. Where most of the row is 
 gather copies only the undecided tokens. A screen of the row after an earlier one may take
 over the sums of the tokens that one released (``screen``'s ``summed``): it then lays out
 and sums only the tokens released since, those it reopens (released then, undecided now) and
-those it withdraws (released then, clipped now).
+those it withdraws (released then, clipped now). Where the caller holds every token's term
+p f~(q/p) (``select`` keeps them from the pass that tried r = q), ``sum_released_terms``
+reads the released tokens' sums off them, evaluating no f~.
 
 The bounds are an estimate, so the solve on the screened row must confirm its answer: the
 search sums every group exactly, so its last segment is a true segment of the row's

@@ -730,7 +730,7 @@ def screened_walk(p, q, eps, kind, alpha, work, bounds, slope_limit):
     presumably lies past it.
     """
     split, layout, low, high, _, _ = _screened(p, q, work, bounds, kind, alpha, True, _none_released(),
-                                        np.empty(0, np.float64))
+                                               np.empty(0, np.float64))
     return _walk_between(work, split, layout, low, high, bounds, eps, kind, alpha, slope_limit)
 
 
@@ -1154,8 +1154,8 @@ def _overlap_totals(sums):
 
 @kernel
 def _drafter_state(p, q, eps, kind, alpha, slope_limit, work, to_end=False, terms=None):
-    """(found, beyond, state, q0, base, excess, kept) for r = q, which accepts every drafted token and
-    so is optimal when D_f(q || p) <= eps and the frontier's last slope is at most
+    """(found, beyond, state, q0, base, excess, kept) for r = q, which accepts every drafted
+    token and so is optimal when D_f(q || p) <= eps and the frontier's last slope is at most
     ``slope_limit`` (a price buys all of it); ``beyond`` when it is not (r = q lies past the
     budget or the price); and the walk's final state for it (every token released, a and b at
     the extreme ratios, the budget not binding).
