@@ -16,10 +16,9 @@ only those, skipping eight unflagged tokens at a time. Where most of the row is 
 ``sum_released`` sums their terms where they lie instead, in a vectorised pass, and the
 gather copies only the undecided tokens. A screen of the row after an earlier one may take
 over the sums of the tokens that one released (``screen``'s ``summed``): it then lays out
-and sums only the tokens released since, those it reopens (released then, undecided now) and
-those it withdraws (released then, clipped now). Where the caller holds every token's term
-p f~(q/p) (``select`` keeps them from the pass that tried r = q), ``sum_released_terms``
-reads the released tokens' sums off them, evaluating no f~.
+and sums only the tokens released since and those it reopens (released then, undecided now).
+Where the caller holds every token's term p f~(q/p) (``select`` keeps them from the pass that
+tried r = q), ``sum_released_terms`` reads the released tokens' sums off them, evaluating no f~.
 
 The bounds are an estimate, so the solve on the screened row must confirm its answer: the
 search sums every group exactly, so its last segment is a true segment of the row's
@@ -43,11 +42,10 @@ from mdverify.core.terms import CHUNK, weighted_f_tilde
 _LITTLE_ENDIAN = sys.byteorder == "little"
 
 #: Flag values of the screen pass: settled as clipped (or neither low nor high, or released and
-#: summed before: ``screen``'s ``summed``), undecided, settled as released, undecided after it
-#: was released and summed before, and clipped after that (laid out apart, for its terms to be
-#: taken out of those sums). The low side's flags are the odd ones (``_place`` tests the bit).
-(SETTLED, KEPT_LOW, KEPT_HIGH, RELEASED_LOW, RELEASED_HIGH, REOPENED_LOW, REOPENED_HIGH, WITHDRAWN_LOW,
- WITHDRAWN_HIGH) = range(9)
+#: summed before: ``screen``'s ``summed``), undecided, settled as released, and undecided after
+#: it was released and summed before. The low side's flags are the odd ones (``_place`` tests
+#: the bit).
+SETTLED, KEPT_LOW, KEPT_HIGH, RELEASED_LOW, RELEASED_HIGH, REOPENED_LOW, REOPENED_HIGH = range(7)
 
 #: The screen's rows: every p_i = 0 or p_i >= SCREEN_P_MIN (probabilities down to 1e-300
 #: included), and, as in any distribution, every q_i <= 1 (up to 2^10 would do). Then q/p
@@ -263,7 +261,7 @@ def screen_factors(bounds):
 def screen(p, q, bounds, summed, flags):
     """Flag every token for the search; return (base, capacity_low, capacity_high, q0,
     p_clipped_low, p_clipped_high, n_low, n_high, n_released_low, n_released_high,
-    n_reopened_low, n_reopened_high, n_withdrawn_low, n_withdrawn_high).
+    n_reopened_low, n_reopened_high).
 
     ``bounds`` = (a_lo, a_hi, b_lo, b_hi) with a_lo <= a_hi < 1 < b_lo <= b_hi. A low token
     (q < p) with ratio rho = q/p below a_lo, and a high one (q > p > 0) with rho above b_hi,
@@ -272,10 +270,10 @@ def screen(p, q, bounds, summed, flags):
     and so are those within a few ulps of a bound. The totals are those of
     ``index.split_sides``; then come the p-mass of each clipped group and the counts of the
     tokens ``gather`` lays out: of each side not clipped, of each side released, and of each
-    side reopened and withdrawn (below). The released groups' sums are left to the passes that
-    visit those tokens anyway (``gather`` and ``released_sums``, or ``sum_released``): here
-    each sum costs every token of the row (four of them took a sixth of this pass: 124 -> 102
-    us at n = 131072, AMD EPYC Zen 4).
+    side reopened (below). The released groups' sums are left to the passes that visit those
+    tokens anyway (``gather`` and ``released_sums``, or ``sum_released``): here each sum costs
+    every token of the row (four of them took a sixth of this pass: 124 -> 102 us at n =
+    131072, AMD EPYC Zen 4).
 
     No ratio is computed: the bounds are compared as products (``screen_factors``), for a
     division per token would cost this pass three times the rest. The counts are added as
@@ -283,13 +281,12 @@ def screen(p, q, bounds, summed, flags):
     (SCREEN_P_MIN).
 
     ``summed`` = (a_hi', b_lo', base, capacity_low, capacity_high, q0): an earlier screen of the
-    row whose released groups the caller has summed, its a_hi and b_lo and the row's totals it
-    returned; None for none. Then the pass is ``_screen_after``'s.
+    row whose released groups the caller has summed, its a_hi and b_lo (bounds that released
+    no token these clip: a_lo <= a_hi' and b_lo' <= b_hi) and the row's totals it returned;
+    None for none. Then the pass is ``_screen_after``'s.
     """
-    if summed is not None:  # withdrawing only where these bounds may: compiled apart
-        if withdraws(bounds, (summed[0], summed[1])):
-            return _screen_after(p, q, bounds, summed, flags, True)
-        return _screen_after(p, q, bounds, summed, flags, None)
+    if summed is not None:
+        return _screen_after(p, q, bounds, summed, flags)
     factors = screen_factors(bounds)
     base = capacity_low = capacity_high = q0 = p_clipped_low = p_clipped_high = 0.0
     n_low = n_high = n_released_low = n_released_high = NO_COUNT
@@ -312,37 +309,32 @@ def screen(p, q, bounds, summed, flags):
         flags[i] = (kept_low * KEPT_LOW + kept_high * KEPT_HIGH
                     + released_low * (RELEASED_LOW - KEPT_LOW) + released_high * (RELEASED_HIGH - KEPT_HIGH))
     return (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, int(n_low), int(n_high),
-            int(n_released_low), int(n_released_high), 0, 0, 0, 0)
+            int(n_released_low), int(n_released_high), 0, 0)
 
 
 @kernel
 def withdraws(bounds, earlier):
     """Whether ``bounds`` may clip a token that a screen with ``earlier`` = (a_hi', b_lo')
-    released (a_lo > a_hi' or b_hi < b_lo'): ``_screen_after`` then withdraws it."""
+    released (a_lo > a_hi' or b_hi < b_lo'): ``screen`` cannot then take that screen's sums
+    (its ``summed``)."""
     return bounds[0] > earlier[0] or bounds[3] < earlier[1]
 
 
 @kernel(reassociate=True, borrow=True)
-def _screen_after(p, q, bounds, summed, flags, withdrawing):
+def _screen_after(p, q, bounds, summed, flags):
     """``screen`` after an earlier screen whose released groups the caller has summed (its
     ``summed``). Compared as that screen compared them, its released tokens are found to the
-    last one: those released here too are settled, their sums being the caller's; those
+    last one: those released here too are settled, their sums being the caller's, and those
     undecided here flagged REOPENED_LOW or REOPENED_HIGH, counted among the undecided and
-    apart, and those clipped here WITHDRAWN_LOW or WITHDRAWN_HIGH (clipped as any other, their
-    p in the clipped group's), counted apart, for the caller to take the sums of both kinds
-    out; neither kind is counted as released. The row's totals are those given, not summed
-    again: summing them too, this pass took 1.7x the time of ``screen``'s own (259 against 153
-    us at n = 131072, an Intel Xeon), and takes 1.3x (205 us). Counting the withdrawn tokens
-    costs it a quarter more (173 -> 218 us on the reference row, min of 40), so it is compiled
-    apart without them where ``withdrawing`` is None (these bounds clip no token the earlier
-    ones released): 178 us there, 236 counted in one loop for both. Its loop is apart from
-    ``screen``'s: one loop for both, the totals' sums under a branch on ``summed``, took 690 us
-    here."""
+    apart, for the caller to take their sums out; neither kind is counted as released. The
+    row's totals are those given, not summed again: summing them too, this pass took 1.7x the
+    time of ``screen``'s own (259 against 153 us at n = 131072, an Intel Xeon), and takes 1.3x
+    (205 us). Its loop is apart from ``screen``'s: one loop for both, the totals' sums under a
+    branch on ``summed``, took 690 us here."""
     factors = screen_factors(bounds)
     _, over_a_before, b_before, _ = screen_factors((1.0, summed[0], summed[1], 1.0))
     p_clipped_low = p_clipped_high = 0.0
     n_low = n_high = n_released_low = n_released_high = n_reopened_low = n_reopened_high = NO_COUNT
-    n_withdrawn_low = n_withdrawn_high = NO_COUNT
     for i in range(p.size):
         pi = np.float64(p[i])
         qi = np.float64(q[i])
@@ -351,8 +343,8 @@ def _screen_after(p, q, bounds, summed, flags, withdrawing):
         before_high = high & (qi < b_before * pi)
         kept_low = low & ~clipped_low & ~released_low & ~before_low
         kept_high = high & ~clipped_high & ~released_high & ~before_high
-        reopened_low = before_low & ~released_low & ~clipped_low
-        reopened_high = before_high & ~released_high & ~clipped_high
+        reopened_low = before_low & ~released_low
+        reopened_high = before_high & ~released_high
         released_low &= ~before_low
         released_high &= ~before_high
         p_clipped_low += pi if clipped_low else 0.0
@@ -363,21 +355,13 @@ def _screen_after(p, q, bounds, summed, flags, withdrawing):
         n_released_high += _count(released_high)
         n_reopened_low += _count(reopened_low)
         n_reopened_high += _count(reopened_high)
-        flag = (kept_low * KEPT_LOW + kept_high * KEPT_HIGH + released_low * RELEASED_LOW
-                + released_high * RELEASED_HIGH + reopened_low * REOPENED_LOW + reopened_high * REOPENED_HIGH)
-        if withdrawing is not None:
-            withdrawn_low = before_low & clipped_low
-            withdrawn_high = before_high & clipped_high
-            n_withdrawn_low += _count(withdrawn_low)
-            n_withdrawn_high += _count(withdrawn_high)
-            flag += withdrawn_low * WITHDRAWN_LOW + withdrawn_high * WITHDRAWN_HIGH
-        flags[i] = flag
+        flags[i] = (kept_low * KEPT_LOW + kept_high * KEPT_HIGH + released_low * RELEASED_LOW
+                    + released_high * RELEASED_HIGH + reopened_low * REOPENED_LOW + reopened_high * REOPENED_HIGH)
     base, capacity_low, capacity_high, q0 = summed[2:]
     n_low += n_released_low + n_reopened_low  # every token gather lays out on the side
     n_high += n_released_high + n_reopened_high
     return (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, int(n_low), int(n_high),
-            int(n_released_low), int(n_released_high), int(n_reopened_low), int(n_reopened_high),
-            int(n_withdrawn_low), int(n_withdrawn_high))
+            int(n_released_low), int(n_released_high), int(n_reopened_low), int(n_reopened_high))
 
 
 @kernel(inline=True)
@@ -517,30 +501,25 @@ def gather(p, q, flags, key, weight, n_low, n_high, n_released_low, n_released_h
     lays a row out, low keys rho in key[:n_low] and high keys -rho in key[size - n_high:], each
     side's undecided tokens first (the reopened ones before the others) and its released ones
     after them, each group in row order (the counts are ``screen``'s; ``reopened`` its
-    (n_reopened_low, n_reopened_high, n_withdrawn_low, n_withdrawn_high), or None after a
-    screen without ``summed``). The withdrawn tokens go between the sides: the low side's
-    right after it, the high side's right before it.
+    (n_reopened_low, n_reopened_high), or None after a screen without ``summed``).
 
     Without branches on the flag: each token goes to the next slot of its group, the cursor
     that its flag indexes. Where few tokens are flagged, only those are visited, found as
     ``flagged`` finds them (their positions are not stored); otherwise every token is, a
     settled one written to a slot between the sides that stays free, its cursor never moved.
     """
-    # One cursor per flag (see SETTLED), where its group starts; the settled one's slot is free.
+    # One cursor per flag (see SETTLED), where its group starts.
     # Compiled apart without reopened tokens, with a cursor for each of the five flags such a
     # screen sets: seven took this pass 162 us where five take 144 (n = 131072, an Intel Xeon).
-    laid_out = n_low + n_high
     if reopened is None:
         cursors = np.array([n_low, 0, key.size - n_high, n_low - n_released_low, key.size - n_released_high])
     else:
-        n_reopened_low, n_reopened_high, n_withdrawn_low, n_withdrawn_high = reopened
-        cursors = np.array([n_low + n_withdrawn_low, n_reopened_low, key.size - n_high + n_reopened_high,
-                            n_low - n_released_low, key.size - n_released_high, 0, key.size - n_high, n_low,
-                            key.size - n_high - n_withdrawn_high])
-        laid_out += n_withdrawn_low + n_withdrawn_high
+        n_reopened_low, n_reopened_high = reopened
+        cursors = np.array([n_low, n_reopened_low, key.size - n_high + n_reopened_high, n_low - n_released_low,
+                            key.size - n_released_high, 0, key.size - n_high])
     n = p.size
     # The flagged way reads a word's bytes as little-endian; elsewhere every token is visited.
-    if _LITTLE_ENDIAN and laid_out < (DENSE if n <= CACHED_TOKENS else DENSE_UNCACHED) * n:
+    if _LITTLE_ENDIAN and n_low + n_high < (DENSE if n <= CACHED_TOKENS else DENSE_UNCACHED) * n:
         words = flags.view(np.uint64)
         for w in range(words.size):
             word = _flag_word(words, w, n)

@@ -96,8 +96,8 @@ SPARSE_SHARE = 16
 #: r = q was tried and failed (budgets just below D(q || p)): there it cost 3-8% more.
 SUM_RELEASED_SHARE = 0.6
 #: A screen after a refused one takes over the sums of the tokens that one released, less those
-#: of the tokens it reopens or withdraws (``_screened``), where at least this share of each sum
-#: is left: the difference then keeps its relative precision within 64 times theirs.
+#: of the tokens it reopens (``_screened``), where at least this share of each sum is left: the
+#: difference then keeps its relative precision within 64 times theirs.
 KEPT_SHARE = 1.0 / 64.0
 #: A sample on which the budget does not bind where it binds on the row misjudged its
 #: thresholds too: the screen then starts from this level of SAMPLE_REACH.
@@ -689,8 +689,7 @@ def _screen_by_levels(p, q, eps, kind, alpha, work, levels, slope_limit, drafter
         bounds = _onward(bounds, hits, levels[level + 1])
         if laid_out and bounds[0] >= within[0] and bounds[3] <= within[3]:
             split, layout, low, high, laid_out, released = _rescreened(work, split, clipped, bounds)
-        else:  # the sums of the tokens that the refused bounds released, where these withdraw none of
-            # them: a withdrawal takes out the most, and differences of differences lose more precision.
+        else:  # the sums of the tokens that the refused bounds released, where these clip none of them
             summed = _none_released() if withdraws(bounds, (within[1], within[2])) else released
             split, layout, low, high, laid_out, released = _screened(p, q, work, bounds, kind, alpha, summing, summed,
                                                                      terms)
@@ -757,12 +756,12 @@ def _screened(p, q, work, bounds, kind, alpha, summing, summed, terms):
     ``work``, as ``_rescreened`` needs. ``released``: the released groups (``_none_released``),
     for a later screen.
 
-    ``summed``: the ``released`` of an earlier screen of the row. Those released here too are
-    settled with the sums given, neither laid out nor summed again; those undecided here
-    (reopened) and those clipped here (withdrawn) are laid out, and their sums taken out of the
-    given ones. Where that leaves less than KEPT_SHARE of a side's sums (the difference would
-    lose their precision), the row is screened as without ``summed``. ``_none_released()`` for
-    none.
+    ``summed``: the ``released`` of an earlier screen of the row, from bounds that released
+    no token these clip (``screen.withdraws``). Those released here too are settled with the
+    sums given, neither laid out nor summed again; those undecided here (reopened) are laid
+    out, and their sums taken out of the given ones. Where that leaves less than KEPT_SHARE of
+    a side's sums (the difference would lose their precision), the row is screened as without
+    ``summed``. ``_none_released()`` for none.
     """
     if summed[2] + summed[5] > 0.0:
         taken, result = _screen_and_sum(p, q, work, bounds, kind, alpha, summing, summed, terms)
@@ -783,9 +782,9 @@ def _screen_and_sum(p, q, work, bounds, kind, alpha, summing, summed, terms):
     else:
         counts = screen(p, q, bounds, (summed[0], summed[1], summed[8], summed[9], summed[10], summed[11]), flags)
         before = summed
-        reopened = counts[10:]
+        reopened = (counts[10], counts[11])
     (base, capacity_low, capacity_high, q0, p_clipped_low, p_clipped_high, n_low, n_high, n_released_low,
-     n_released_high, n_reopened_low, n_reopened_high, n_withdrawn_low, n_withdrawn_high) = counts
+     n_released_high, n_reopened_low, n_reopened_high) = counts
     known = terms.size == p.size  # the terms of the released tokens: no f~ to evaluate
     laid_out = not known and (not summing or n_released_low + n_released_high < SUM_RELEASED_SHARE * p.size)
     size = work.shape[1]
@@ -804,14 +803,10 @@ def _screen_and_sum(p, q, work, bounds, kind, alpha, summing, summed, terms):
         n_high -= n_released_high
         gather(p, q, flags, work[0], work[1], n_low, n_high, 0, 0, reopened)
         layout = (0, 0, 0, 0)
-    # The reopened tokens, laid out first on each side, and the withdrawn ones, laid out next to
-    # it between the sides (the high side's right before its reopened ones): their sums come out
-    # of the given ones.
-    low_kept, low_taken = _kept_sums(kind, alpha, work, ((0, n_reopened_low), (n_low, n_low + n_withdrawn_low)),
-                                     1.0, before[2:5])
-    high_kept, high_taken = _kept_sums(kind, alpha, work, ((size - n_high - n_withdrawn_high,
-                                                            size - n_high + n_reopened_high), (0, 0)),
-                                       -1.0, before[5:8])
+    # The reopened tokens, laid out first on each side: their sums come out of the given ones.
+    low_kept, low_taken = _kept_sums(kind, alpha, work, 0, n_reopened_low, 1.0, before[2:5])
+    high_kept, high_taken = _kept_sums(kind, alpha, work, size - n_high, size - n_high + n_reopened_high, -1.0,
+                                       before[5:8])
     released = np.array([bounds[1], bounds[2], low_kept[0] + n_released_low, low_kept[1] + moved[0],
                          low_kept[2] + f_released[0], high_kept[0] + n_released_high, high_kept[1] + moved[1],
                          high_kept[2] + f_released[1], base, capacity_low, capacity_high, q0])
@@ -822,20 +817,14 @@ def _screen_and_sum(p, q, work, bounds, kind, alpha, summing, summed, terms):
 
 
 @kernel
-def _kept_sums(kind, alpha, work, taken_out, s, summed):
+def _kept_sums(kind, alpha, work, start, end, s, summed):
     """((count, moved mass, sum of p f~) of one side's ``summed`` released tokens less those
-    reopened or withdrawn and laid out in work[:2, start:end] for the two (start, end) of
-    ``taken_out``, taken): where none is left, 0 exactly; else whether what is left keeps at
-    least KEPT_SHARE of both sums (and they are finite)."""
-    (start, end), (other_start, other_end) = taken_out
-    count = summed[0] - (end - start) - (other_end - other_start)
+    reopened and laid out in work[:2, start:end], taken): where none is left, 0 exactly; else
+    whether what is left keeps at least KEPT_SHARE of both sums (and they are finite)."""
+    count = summed[0] - (end - start)
     if count == 0.0:
         return (0.0, 0.0, 0.0), True
     out_moved, out_f = _laid_out_sums(kind, alpha, work, start, end, s)
-    if other_end > other_start:
-        other_moved, other_f = _laid_out_sums(kind, alpha, work, other_start, other_end, s)
-        out_moved += other_moved
-        out_f += other_f
     moved = summed[1] - out_moved
     f_kept = summed[2] - out_f
     taken = moved >= KEPT_SHARE * summed[1] and f_kept >= KEPT_SHARE * summed[2] and summed[2] < np.inf
